@@ -1,0 +1,183 @@
+"""Measure the kit's per-micro-batch overhead and Spark's own per-batch floor.
+
+    .venv/bin/python benchmarks/overhead.py --seconds 60 --out benchmarks/results
+
+Writes ``overhead-<host>-<date>.json`` and prints a table.  What it measures:
+
+1. ``decide()`` of the AdmissionController for 10 and 100 pending datasets (µs);
+2. the channel round trip between two processes on 127.0.0.1, the way Spark's
+   source runner reaches the driver (µs, p50 and p99);
+3. a real LR2S stream under ``lmstream`` on embedded Spark: per batch, the
+   critical-path overhead (the admitting decision plus one round trip) as a
+   share of the batch's processing time, and all decisions made while the batch
+   was buffering (every poll) as a share of the run's wall time;
+4. Spark's floor: the processing time of near-empty batches (PASSTHROUGH, asap,
+   noop output), i.e. what a micro-batch costs on this machine regardless of data.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing as mp
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from lmstream_kit.controller import AdmissionController, BatchObservation  # noqa: E402
+from lmstream_kit.engine.channel import LATEST, ChannelClient, ChannelServer  # noqa: E402
+
+
+def pct(values, q):
+    xs = sorted(values)
+    return xs[min(len(xs) - 1, int(round(q * (len(xs) - 1))))]
+
+
+def bench_decide(n_pending: int, repeat: int = 20000) -> dict:
+    ctl = AdmissionController(slide_s=10.0)
+    for i in range(20):
+        ctl.observe(BatchObservation(rows=1000 * (i + 1), nbytes=60_000 * (i + 1), processing_s=0.1 + 0.01 * i, max_latency_s=5.0))
+    now = time.time()
+    pending = [SimpleNamespace(arrival=now - i, rows=1000, nbytes=60_000) for i in range(n_pending)]
+    t0 = time.perf_counter()
+    for _ in range(repeat):
+        ctl.decide(now, pending)
+    return {"n_pending": n_pending, "decide_us": (time.perf_counter() - t0) / repeat * 1e6}
+
+
+class _Echo:
+    def on_initial(self):
+        return 0
+
+    def on_latest(self, start):
+        return 0 if start is None else start
+
+    def on_planned(self, start, end):
+        return None
+
+    def on_commit(self, end):
+        return None
+
+
+def _client_proc(port, key_file, n, q):
+    client = ChannelClient("127.0.0.1", port, key_file)
+    client.call(LATEST, 0)  # connect
+    times = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        client.call(LATEST, 0)
+        times.append(time.perf_counter() - t0)
+    client.close()
+    q.put(times)
+
+
+def bench_channel(n: int = 5000) -> dict:
+    tmp = Path(tempfile.mkdtemp())
+    server = ChannelServer(_Echo(), key_file=tmp / "key")
+    q = mp.get_context("spawn").Queue()
+    p = mp.get_context("spawn").Process(target=_client_proc, args=(server.port, str(server.key_file), n, q))
+    p.start()
+    times = q.get(timeout=120)
+    p.join()
+    server.close()
+    return {
+        "round_trips": n,
+        "rtt_p50_us": pct(times, 0.5) * 1e6,
+        "rtt_p99_us": pct(times, 0.99) * 1e6,
+        "rtt_mean_us": statistics.fmean(times) * 1e6,
+    }
+
+
+def bench_stream(seconds: float, speedup: float, run_root: Path, rtt_s: float) -> dict:
+    from lmstream_kit.live import LiveStream
+
+    run_dir = run_root / "lr2s-lmstream"
+    t0 = time.time()
+    s = LiveStream("LR2S", policy="lmstream", traffic="random", rate=1000, speedup=speedup,
+                   duration_s=seconds * speedup, run_dir=run_dir, seed=1)
+    s.start()
+    try:
+        s.wait(until=lambda st: st.feed_finished(), timeout=seconds * 3 + 120)
+    finally:
+        s.stop()
+    wall = time.time() - t0
+    recs = [r for r in s.records if r["rows"] > 0][3:]  # skip JIT warm-up batches
+    crit = []
+    for r in recs:
+        per_poll = r["decision_s"] / max(r["polls"], 1)
+        crit.append((per_poll + rtt_s) / r["processing_s"])
+    total_decide = sum(r["decision_s"] for r in s.records)
+    total_polls = sum(r["polls"] for r in s.records)
+    return {
+        "batches": len(recs),
+        "processing_s_median": statistics.median(r["processing_s"] for r in recs),
+        "rows_per_batch_median": statistics.median(r["rows"] for r in recs),
+        "critical_overhead_share_median": statistics.median(crit),
+        "critical_overhead_share_max": max(crit),
+        "polls": total_polls,
+        "all_polls_share_of_wall": (total_decide + total_polls * rtt_s) / wall,
+        "within_bound": s.summary().get("within_bound"),
+        "run_dir": str(run_dir),
+    }
+
+
+def bench_floor(seconds: float, run_root: Path) -> dict:
+    from lmstream_kit.live import LiveStream
+
+    run_dir = run_root / "floor"
+    s = LiveStream("PASSTHROUGH", policy="asap", traffic="constant", rate=10, speedup=20,
+                   duration_s=seconds * 20, run_dir=run_dir, output="noop")
+    s.start()
+    try:
+        s.wait(until=lambda st: st.feed_finished(), timeout=seconds * 3 + 120)
+    finally:
+        s.stop()
+    df = s.metrics()
+    df = df[df["rows"] > 0].iloc[5:]
+    out = {
+        "batches": int(len(df)),
+        "processing_s_median": float(df["processing_s"].median()),
+        "foreach_s_median": float(df["foreach_s"].median()),
+    }
+    for col in ("spark_triggerExecution_ms", "spark_addBatch_ms", "spark_walCommit_ms", "spark_commitOffsets_ms", "spark_queryPlanning_ms"):
+        if col in df:
+            out[col.replace("spark_", "") + "_median"] = float(df[col].median())
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--seconds", type=float, default=60, help="wall seconds of each stream")
+    ap.add_argument("--speedup", type=float, default=2.0)
+    ap.add_argument("--out", type=Path, default=Path("benchmarks/results"))
+    args = ap.parse_args()
+    import pyspark
+
+    result = {
+        "machine": {"host": platform.node(), "cpus": os.cpu_count(), "python": platform.python_version(),
+                    "pyspark": pyspark.__version__, "platform": platform.platform()},
+        "date": time.strftime("%Y-%m-%d %H:%M:%S"),
+        "decide": [bench_decide(10), bench_decide(100)],
+        "channel": bench_channel(),
+    }
+    print(json.dumps(result["decide"]), json.dumps(result["channel"]), flush=True)
+    root = Path(tempfile.mkdtemp(prefix="lmstream-overhead-"))
+    result["stream"] = bench_stream(args.seconds, args.speedup, root, result["channel"]["rtt_p50_us"] / 1e6)
+    print(json.dumps(result["stream"]), flush=True)
+    result["spark_floor"] = bench_floor(min(args.seconds, 30), root)
+    print(json.dumps(result["spark_floor"]), flush=True)
+    args.out.mkdir(parents=True, exist_ok=True)
+    path = args.out / f"overhead-{platform.node()}-{time.strftime('%Y%m%d-%H%M%S')}.json"
+    path.write_text(json.dumps(result, indent=2) + "\n")
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()

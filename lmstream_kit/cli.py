@@ -1,0 +1,272 @@
+"""The ``lmstream-kit`` command line.
+
+User errors (bad names or values, Java missing, an unwritable directory) print
+one ``error: ...`` line and exit with status 2; they never show a traceback.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import time
+from datetime import datetime
+from pathlib import Path
+from typing import Optional
+
+import click
+
+from .exceptions import KitError
+
+EPILOG = """\b
+Examples:
+  lmstream-kit run --duration 60                       # the demo: LR2S, random traffic, lmstream
+  lmstream-kit run --policy fixed --out runs/fixed     # the paper's 10 s trigger baseline
+  lmstream-kit run --traffic constant --speedup 5      # 5 simulated seconds per wall second
+  lmstream-kit run --input landing/ --duration 30      # your own CSV/JSON/Parquet files
+  lmstream-kit compare runs/lmstream runs/fixed        # latency side by side
+"""
+
+
+def _fmt(value, unit: str = "", digits: int = 2) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    if isinstance(value, float):
+        return f"{value:,.{digits}f}{unit}"
+    return f"{value:,}{unit}"
+
+
+@click.group(epilog=EPILOG, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="lmstream_kit", prog_name="lmstream-kit")
+def cli() -> None:
+    """Analyse and tune micro-batch stream processing on Apache Spark.
+
+    `run` starts a stream (a Linear Road workload on embedded Spark by
+    default) under an admission policy and writes per-batch metrics to a run
+    directory; `compare` prints the latency of several runs side by side.
+    """
+
+
+@cli.command()
+@click.option("--workload", default="LR2S", show_default=True, help="Workload (see `lmstream-kit workloads`).")
+@click.option(
+    "--traffic",
+    default="random",
+    show_default=True,
+    help="constant | random | FILE.csv (rows per second).",
+)
+@click.option("--rate", default=1000.0, show_default=True, type=float, help="Rows per simulated second.")
+@click.option("--spread", default=None, type=float, help="Std. dev. of random traffic [default: 25% of rate].")
+@click.option("--policy", default="lmstream", show_default=True, help="lmstream | fixed | asap.")
+@click.option("--trigger", "trigger_s", default=None, type=float, help="Interval of the fixed policy, s [default: 10].")
+@click.option("--slide", "slide_s", default=None, type=float, help="Override the window slide (latency bound), simulated s.")
+@click.option("--duration", default=60.0, show_default=True, type=float, help="Simulated seconds of traffic (with --input: seconds to watch the directory).")
+@click.option("--speedup", default=1.0, show_default=True, type=float, help="Simulated seconds per wall second.")
+@click.option("--seed", default=0, show_default=True, type=int, help="Seed of the traffic and the data.")
+@click.option("--out", "out", default=None, type=click.Path(path_type=Path), help="Run directory [default: runs/WORKLOAD-POLICY-TIME].")
+@click.option("--input", "input_dir", default=None, type=click.Path(path_type=Path), help="Read rows from CSV/JSON/Parquet files landing in this directory.")
+@click.option("--master", default="local[2]", show_default=True, help="Spark master: local[N] or spark://host:port.")
+@click.option("--output", default="parquet", show_default=True, type=click.Choice(["parquet", "noop"]), help="Write query results to RUN/output, or drop them.")
+def run(workload, traffic, rate, spread, policy, trigger_s, slide_s, duration, speedup, seed, out, input_dir, master, output):
+    """Run a stream under an admission policy and record its metrics.
+
+    Shows a live progress line (batches, rows, current maximum latency) and a
+    summary table at the end.  The run directory holds metrics.jsonl (one
+    record per micro-batch), spark_progress.jsonl, run.json, the spool of input
+    datasets, the checkpoint and the query output.
+    """
+    from .live import LiveStream
+
+    if duration is None or not duration > 0:
+        raise KitError(f"duration must be > 0 seconds, got {duration}")
+    if out is None:
+        out = Path("runs") / f"{workload}-{policy}-{datetime.now():%Y%m%d-%H%M%S}"
+    stream = LiveStream(
+        workload,
+        policy=policy,
+        traffic=traffic,
+        rate=rate,
+        spread=spread,
+        speedup=speedup,
+        seed=seed,
+        duration_s=None if input_dir is not None else duration,
+        run_dir=out,
+        input_dir=input_dir,
+        master=master,
+        trigger_s=trigger_s,
+        slide_s=slide_s,
+        output=output,
+    )
+    click.echo(
+        f"lmstream-kit: {stream.workload.name} under {stream.policy.name}, "
+        f"{'input ' + str(input_dir) if input_dir else stream.traffic_spec + ' traffic'}, "
+        f"speedup {speedup:g}x, run directory {out}"
+    )
+    click.echo("starting Spark ...")
+    stream.start()
+    interrupted = False
+    try:
+        _progress(stream, duration=duration, watch_input=input_dir is not None)
+    except KeyboardInterrupt:
+        interrupted = True
+        click.echo("interrupted: stopping cleanly ...")
+    finally:
+        if not interrupted:
+            click.echo("draining pending datasets and stopping ...")
+        summary = stream.stop(drain=not interrupted)
+    _summary_table(stream, summary)
+
+
+def _progress(stream, *, duration: float, watch_input: bool) -> None:
+    from rich.console import Console
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    console = Console(stderr=True)
+    columns = [
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        TextColumn("{task.percentage:>3.0f}%"),
+        TextColumn("batches {task.fields[batches]}"),
+        TextColumn("rows {task.fields[rows]}"),
+        TextColumn("max latency {task.fields[maxlat]}"),
+        TimeElapsedColumn(),
+    ]
+    started = time.monotonic()
+    with Progress(*columns, console=console, transient=False) as bar:
+        task = bar.add_task("streaming", total=duration, batches=0, rows=0, maxlat="-")
+        while True:
+            stream._check_health()
+            records = [r for r in stream.records if r["rows"] > 0]
+            last = records[-1]["max_latency_s"] if records else None
+            if watch_input:
+                done_units = min(time.monotonic() - started, duration)
+            else:
+                done_units = float(getattr(stream.feed, "seconds_done", 0))
+            bar.update(
+                task,
+                completed=done_units,
+                batches=len(records),
+                rows=f"{sum(r['rows'] for r in records):,}",
+                maxlat=_fmt(last, " s"),
+            )
+            if done_units >= duration or stream.feed_finished():
+                break
+            time.sleep(0.25)
+
+
+def _summary_table(stream, summary: dict) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"{stream.workload.name} / {stream.policy.name}: summary", show_header=True)
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    bound = stream.slide_s / stream.speedup if stream.slide_s > 0 else None
+    rows = [
+        ("micro-batches with data", _fmt(summary["batches"])),
+        ("rows processed", _fmt(summary["rows"])),
+        ("latency bound (slide / speedup)", _fmt(bound, " s")),
+        ("max latency per batch: mean", _fmt(summary["max_latency_mean_s"], " s")),
+        ("max latency per batch: p50", _fmt(summary["max_latency_p50_s"], " s")),
+        ("max latency per batch: p99", _fmt(summary["max_latency_p99_s"], " s")),
+        ("max latency per batch: max", _fmt(summary["max_latency_max_s"], " s")),
+        ("mean latency (row-weighted)", _fmt(summary["latency_mean_s"], " s")),
+        ("throughput (rows / processing s)", _fmt(summary["throughput_rows_s"], " rows/s", 0)),
+    ]
+    if "within_bound" in summary:
+        rows.append(("batches within the bound", _fmt(100 * summary["within_bound"], " %", 1)))
+    for name, value in rows:
+        table.add_row(name, value)
+    console = Console()
+    console.print(table)
+    console.print(f"metrics: {stream.run_dir / 'metrics.jsonl'}  (load with lmstream_kit.load_metrics)")
+
+
+@cli.command()
+@click.argument("run_dirs", nargs=-1, required=True, type=click.Path(path_type=Path))
+def compare(run_dirs):
+    """Print per-batch latency statistics of several runs side by side."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from .metrics import read_jsonl, read_run_info, summarize
+
+    table = Table(title="per-micro-batch maximum latency (s) and throughput")
+    for col in ("run", "workload", "policy", "batches", "rows", "mean", "p50", "p99", "max", "mean latency", "rows/s", "within bound"):
+        table.add_column(col, justify="left" if col in ("run", "workload", "policy") else "right")
+    for run_dir in run_dirs:
+        if not (run_dir / "metrics.jsonl").exists():
+            raise KitError(f"{run_dir} is not a run directory (no metrics.jsonl)")
+        info = read_run_info(run_dir)
+        bound = info.get("target_s")
+        s = summarize(read_jsonl(run_dir / "metrics.jsonl"), bound_s=bound)
+        table.add_row(
+            str(run_dir),
+            str(info.get("workload", "?")),
+            str(info.get("policy", "?")),
+            _fmt(s["batches"]),
+            _fmt(s["rows"]),
+            _fmt(s["max_latency_mean_s"]),
+            _fmt(s["max_latency_p50_s"]),
+            _fmt(s["max_latency_p99_s"]),
+            _fmt(s["max_latency_max_s"]),
+            _fmt(s["latency_mean_s"]),
+            _fmt(s["throughput_rows_s"], digits=0),
+            _fmt(100 * s["within_bound"], " %", 1) if "within_bound" in s else "-",
+        )
+    Console().print(table)
+
+
+@cli.command()
+def workloads():
+    """List the available workloads."""
+    from .workloads import WORKLOADS
+
+    for name in WORKLOADS.names():
+        w = WORKLOADS.get(name)
+        window = f"range {w.window_range_s:g} s, slide {w.slide_s:g} s" if w.window_range_s else f"bound {w.slide_s:g} s"
+        click.echo(f"{name:12s} {window:26s} {w.description}")
+
+
+@cli.command()
+@click.option("--workers", default=1, show_default=True, type=int)
+@click.option("--cores", default=2, show_default=True, type=int, help="Cores per worker.")
+@click.option("--memory", default="2g", show_default=True, help="Memory per worker.")
+def cluster(workers, cores, memory):
+    """Start a standalone Spark cluster on 127.0.0.1 until Ctrl-C.
+
+    Point runs at it with `lmstream-kit run --master spark://127.0.0.1:PORT`.
+    """
+    from .engine.cluster import StandaloneCluster
+
+    c = StandaloneCluster(workers=workers, cores=cores, memory=memory)
+    click.echo("starting master and workers ...")
+    c.start()
+    click.echo(f"master: {c.master_url}   logs: {c.log_dir}   (Ctrl-C stops)")
+    try:
+        while True:
+            time.sleep(1)
+    except KeyboardInterrupt:
+        click.echo("stopping ...")
+    finally:
+        c.stop()
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    try:
+        cli.main(args=argv, prog_name="lmstream-kit", standalone_mode=False)
+    except KitError as exc:
+        click.echo(f"error: {exc}", err=True)
+        return 2
+    except click.exceptions.Abort:
+        click.echo("aborted", err=True)
+        return 130
+    except click.ClickException as exc:
+        exc.show()
+        return exc.exit_code
+    except KeyboardInterrupt:
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

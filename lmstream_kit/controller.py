@@ -1,0 +1,783 @@
+"""Latency-bounded dynamic micro-batching: LMStream's ConstructMicroBatch.
+
+This module implements Algorithm 1 / Eq. 6 of the LMStream paper as a small,
+engine-independent controller.  Every poll (every ~10 ms) the stream asks
+:meth:`AdmissionController.decide` whether the datasets waiting so far should
+be admitted as one micro-batch.  The answer is "yes" as soon as the estimated
+latency of the oldest waiting row,
+
+    estimate = age + predicted_service + margin + poll_interval,
+
+reaches the latency target.  After each micro-batch completes, the stream
+reports a :class:`BatchObservation` through :meth:`AdmissionController.observe`
+so that the service-time model, the safety margin and (for tumbling windows)
+the target itself follow the workload.
+
+Nothing here imports Spark; the hot path (:meth:`AdmissionController.decide`)
+is plain Python so that it costs a few microseconds per poll.
+
+Example
+-------
+>>> from types import SimpleNamespace as D
+>>> c = AdmissionController(slide_s=5.0, prior_processing_s=1.0)
+>>> c.decide(10.0, []).reason
+'empty'
+>>> d = c.decide(10.0, [D(arrival=9.0, rows=10, nbytes=640)])
+>>> d.admit, d.reason, d.estimate_s       # 1 s old + 1 s prior + 0.01 s poll < 5 s
+(False, 'wait', 2.01)
+>>> c.decide(13.0, [D(arrival=9.0, rows=10, nbytes=640)]).reason   # 4 + 1 + 0.01 >= 5
+'admit'
+>>> c.decide(14.0, [D(arrival=9.0, rows=10, nbytes=640)]).reason   # age 5 >= 5
+'overdue'
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, Sequence
+
+from .exceptions import ConfigError
+
+__all__ = [
+    "AdmissionController",
+    "BatchObservation",
+    "Decision",
+    "ParamChange",
+    "ServiceTimeModel",
+    "nearest_rank_quantile",
+]
+
+# Decisions compare sums of decimal-looking floats (e.g. 3.74 + 1.25 + 0.01
+# against 5.0).  A one-nanosecond tolerance makes such exact ties resolve the
+# way the arithmetic on paper says (as "reached") instead of depending on
+# binary rounding; a nanosecond is far below any meaningful latency.
+_TIE_EPS_S = 1e-9
+
+
+# ---------------------------------------------------------------------------
+# value types
+# ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class BatchObservation:
+    """What the stream reports after a micro-batch completes.
+
+    Parameters
+    ----------
+    rows : int
+        Rows in the batch.
+    nbytes : int
+        Bytes in the batch (the service-time model's input).
+    processing_s : float
+        Service time: ``completed_at - admitted_at``.
+    max_latency_s : float
+        ``completed_at - oldest arrival in the batch``.
+
+    Examples
+    --------
+    >>> BatchObservation(rows=10, nbytes=640, processing_s=0.5, max_latency_s=4.5)
+    BatchObservation(rows=10, nbytes=640, processing_s=0.5, max_latency_s=4.5)
+    """
+
+    rows: int
+    nbytes: int
+    processing_s: float
+    max_latency_s: float
+
+
+@dataclass(frozen=True)
+class Decision:
+    """The controller's answer to one poll.
+
+    Attributes
+    ----------
+    admit : bool
+        Whether everything pending should be admitted now.
+    reason : str
+        ``"empty"`` (nothing pending), ``"wait"`` (estimate below target),
+        ``"admit"`` (estimate reached target) or ``"overdue"`` (the age of the
+        oldest pending dataset alone already reached the target).
+    n_datasets, rows, nbytes : int
+        Size of what is pending (the batch, if admitted).
+    age_s : float
+        ``now`` minus the oldest pending arrival (0.0 when empty).
+    predicted_s : float
+        Predicted service time for ``nbytes`` (0.0 when empty).
+    margin_s : float
+        Safety margin in force (reported even when empty).
+    estimate_s : float
+        ``age_s + predicted_s + margin_s + poll_interval_s`` (0.0 when empty).
+    target_s : float
+        Latency target in force.
+    """
+
+    admit: bool
+    reason: str
+    n_datasets: int
+    rows: int
+    nbytes: int
+    age_s: float
+    predicted_s: float
+    margin_s: float
+    estimate_s: float
+    target_s: float
+
+
+@dataclass(frozen=True)
+class ParamChange:
+    """One applied :meth:`AdmissionController.mutate` call.
+
+    Attributes
+    ----------
+    seq : int
+        Monotonic sequence number (1, 2, ...) within one controller.
+    wall_time : float
+        ``time.time()`` when the change was applied.
+    changes : dict
+        ``{param: (old, new)}`` for every parameter whose value changed.
+    """
+
+    seq: int
+    wall_time: float
+    changes: dict = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        """JSON-serialisable form (tuples become two-element lists).
+
+        Examples
+        --------
+        >>> ParamChange(1, 0.0, {"slide_s": (5.0, 2.0)}).to_dict()
+        {'seq': 1, 'wall_time': 0.0, 'changes': {'slide_s': [5.0, 2.0]}}
+        """
+        return {
+            "seq": self.seq,
+            "wall_time": self.wall_time,
+            "changes": {k: [old, new] for k, (old, new) in self.changes.items()},
+        }
+
+
+# ---------------------------------------------------------------------------
+# validation helpers
+# ---------------------------------------------------------------------------
+
+
+def _real(name: str, value: Any) -> float:
+    # bool is an int subclass but "slide_s=True" is always a mistake.
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise ConfigError(f"{name} must be a number, got {value!r}")
+    return float(value)
+
+
+def _check_slide(value: Any) -> float:
+    v = _real("slide_s", value)
+    if math.isnan(v) or v < 0:
+        raise ConfigError(f"slide_s must be >= 0 (0 = tumbling window), got {value}")
+    if math.isinf(v):
+        raise ConfigError(f"slide_s must be finite, got {value}")
+    return v
+
+
+def _check_quantile(value: Any) -> float:
+    v = _real("quantile", value)
+    if not 0.0 < v < 1.0:  # also rejects NaN
+        raise ConfigError(f"quantile must be in (0, 1), got {value}")
+    return v
+
+
+def _nonneg(name: str) -> Callable[[Any], float]:
+    def check(value: Any) -> float:
+        v = _real(name, value)
+        if not (v >= 0.0 and math.isfinite(v)):  # "not >=" also rejects NaN
+            raise ConfigError(f"{name} must be a finite number >= 0, got {value}")
+        return v
+
+    return check
+
+
+def _check_initial_target(value: Any) -> float:
+    v = _real("initial_target_s", value)
+    if not (v > 0.0 and math.isfinite(v)):
+        raise ConfigError(f"initial_target_s must be a finite number > 0, got {value}")
+    return v
+
+
+def _check_prior_processing(value: Any) -> float | None:
+    if value is None:
+        return None
+    return _nonneg("prior_processing_s")(value)
+
+
+def _check_history(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+        raise ConfigError(f"history must be an integer >= 1, got {value!r}")
+    return int(value)
+
+
+_VALIDATORS: dict[str, Callable[[Any], Any]] = {
+    "slide_s": _check_slide,
+    "quantile": _check_quantile,
+    "poll_interval_s": _nonneg("poll_interval_s"),
+    "initial_target_s": _check_initial_target,
+    "prior_processing_s": _check_prior_processing,
+    "min_margin_s": _nonneg("min_margin_s"),
+}
+
+
+def nearest_rank_quantile(values: Sequence[float], q: float) -> float:
+    """Nearest-rank quantile: sort, ``k = ceil(q * n)``, return ``sorted[k - 1]``.
+
+    ``q * n`` is rounded to 9 decimals before the ceiling so that, e.g.,
+    ``0.6 * 5`` (``3.0000000000000004`` in binary) gives rank 3, not 4.
+
+    Parameters
+    ----------
+    values : sequence of float
+        Non-empty sample.
+    q : float
+        Quantile in (0, 1].
+
+    Examples
+    --------
+    >>> nearest_rank_quantile([4, -1, 0, 1, 0], 0.6)
+    0
+    >>> nearest_rank_quantile([4, -1, 0, 1, 0], 0.95)
+    4
+    """
+    s = sorted(values)
+    if not s:
+        raise ConfigError("nearest_rank_quantile needs at least one value, got none")
+    k = math.ceil(round(q * len(s), 9))
+    k = min(max(k, 1), len(s))
+    return s[k - 1]
+
+
+# ---------------------------------------------------------------------------
+# service-time model
+# ---------------------------------------------------------------------------
+
+
+class ServiceTimeModel:
+    """Predicts a micro-batch's service (processing) time from its size in bytes.
+
+    The model is deterministic and keeps the last ``history`` ``(nbytes,
+    seconds)`` pairs.  With ``x`` the sizes and ``t`` the times held:
+
+    * no observations: predict ``prior_s``;
+    * fewer than 3 observations, or all sizes equal (a regression line is not
+      identifiable): the conservative proportional rule. With
+      ``m_t = mean(t)`` and ``m_x = mean(x)``, predict ``m_t`` if
+      ``x <= m_x`` (or ``m_x == 0``), else ``m_t * x / m_x`` -- a smaller
+      batch is never predicted faster than the average, a larger one scales
+      linearly;
+    * otherwise ordinary least squares of ``t`` on ``x``: slope
+      ``b = cov(x, t) / var(x)`` clipped at ``>= 0`` (bigger batches never run
+      faster), intercept ``a = mean(t) - b * mean(x)``; if ``a < 0`` the line
+      is refitted through the origin (``a = 0``, ``b = sum(x t) / sum(x^2)``).
+      Predict ``max(a + b * x, 0)``.
+
+    Parameters
+    ----------
+    history : int, default 100
+        How many recent observations to keep (>= 1).
+    prior_s : float, default 0.5
+        Prediction before any observation (>= 0).  Writable.
+
+    Examples
+    --------
+    >>> m = ServiceTimeModel(prior_s=0.5)
+    >>> m.predict(1000)
+    0.5
+    >>> m.update(100, 1.0); m.update(300, 2.0)
+    >>> m.predict(150), m.predict(400)     # proportional rule: m_t = 1.5, m_x = 200
+    (1.5, 3.0)
+    >>> m.update(200, 1.5)
+    >>> a, b = m.coefficients; round(a, 6), round(b, 6)   # OLS now
+    (0.5, 0.005)
+    """
+
+    def __init__(self, *, history: int = 100, prior_s: float = 0.5) -> None:
+        self._history = _check_history(history)
+        self._prior_s = _nonneg("prior_s")(prior_s)
+        self._obs: deque[tuple[float, float]] = deque(maxlen=self._history)
+        # Cached fit so predict() is O(1): ("prior"|"proportional"|"ols", p, q)
+        # where p, q are (m_t, m_x) for the proportional rule, (a, b) for OLS.
+        self._mode = "prior"
+        self._p = 0.0
+        self._q = 0.0
+
+    # -- read-only state ----------------------------------------------------
+    @property
+    def history(self) -> int:
+        """Maximum number of observations held."""
+        return self._history
+
+    @property
+    def n(self) -> int:
+        """Number of observations currently held (<= ``history``)."""
+        return len(self._obs)
+
+    @property
+    def mode(self) -> str:
+        """Which rule predicts: ``"prior"``, ``"proportional"`` or ``"ols"``."""
+        return self._mode
+
+    @property
+    def coefficients(self) -> tuple[float, float] | None:
+        """``(intercept, slope)`` of the OLS line, or None when not in OLS mode."""
+        if self._mode != "ols":
+            return None
+        return (self._p, self._q)
+
+    @property
+    def prior_s(self) -> float:
+        """Prediction used while no observation is held."""
+        return self._prior_s
+
+    @prior_s.setter
+    def prior_s(self, value: float) -> None:
+        self._prior_s = _nonneg("prior_s")(value)
+
+    # -- learning / predicting ---------------------------------------------
+    def update(self, nbytes: int, seconds: float) -> None:
+        """Add one ``(nbytes, seconds)`` observation and refit.
+
+        Raises
+        ------
+        ConfigError
+            If ``nbytes`` or ``seconds`` is negative or not finite.
+        """
+        x = _nonneg("nbytes")(nbytes)
+        t = _nonneg("seconds")(seconds)
+        self._obs.append((x, t))
+        self._refit()
+
+    def predict(self, nbytes: int) -> float:
+        """Predicted service time in seconds for a batch of ``nbytes`` bytes."""
+        mode = self._mode
+        x = float(nbytes)
+        if mode == "ols":
+            y = self._p + self._q * x
+            return y if y > 0.0 else 0.0
+        if mode == "proportional":
+            m_t, m_x = self._p, self._q
+            if m_x == 0.0 or x <= m_x:
+                return m_t
+            return m_t * x / m_x
+        return self._prior_s
+
+    def _refit(self) -> None:
+        obs = self._obs
+        n = len(obs)
+        if n == 0:
+            self._mode = "prior"
+            return
+        xs = [o[0] for o in obs]
+        ts = [o[1] for o in obs]
+        m_x = math.fsum(xs) / n
+        m_t = math.fsum(ts) / n
+        if n < 3 or min(xs) == max(xs):
+            self._mode, self._p, self._q = "proportional", m_t, m_x
+            return
+        # Centred sums: numerically stable for large byte counts.
+        sxx = math.fsum((x - m_x) ** 2 for x in xs)
+        sxt = math.fsum((x - m_x) * (t - m_t) for x, t in zip(xs, ts))
+        b = sxt / sxx
+        if b < 0.0:
+            b = 0.0
+        a = m_t - b * m_x
+        if a < 0.0:
+            # A negative intercept would predict ~0 s for small batches and
+            # make the controller wait too long; go through the origin instead.
+            a = 0.0
+            b = math.fsum(x * t for x, t in zip(xs, ts)) / math.fsum(x * x for x in xs)
+        self._mode, self._p, self._q = "ols", a, b
+
+    def __repr__(self) -> str:
+        return f"ServiceTimeModel(history={self._history}, prior_s={self._prior_s}, n={self.n}, mode={self._mode!r})"
+
+
+# ---------------------------------------------------------------------------
+# admission controller
+# ---------------------------------------------------------------------------
+
+
+class AdmissionController:
+    """LMStream's ConstructMicroBatch: admit pending data when latency requires.
+
+    Parameters
+    ----------
+    slide_s : float
+        Window slide in seconds.  ``> 0`` (sliding window): the latency target
+        is ``slide_s``.  ``0`` (tumbling window): the target is the running
+        mean of the ``max_latency_s`` of every observed batch, or
+        ``initial_target_s`` before the first observation.
+    poll_interval_s : float, default 0.01
+        How often the stream polls; added to the estimate because the next
+        chance to admit is one poll later (>= 0).
+    quantile : float, default 0.95
+        Quantile of past prediction residuals used as safety margin, in (0, 1).
+    history : int, default 100
+        Batches remembered by the service-time model and the margin (>= 1).
+        Not live-mutable.
+    initial_target_s : float, default 1.0
+        Tumbling-window target before any batch was observed (> 0).
+    prior_processing_s : float or None, default None
+        Predicted service time before any batch was observed (>= 0); None means
+        ``0.25 * target`` (following the target while nothing is observed).
+    min_margin_s : float, default 0.0
+        Lower bound of the safety margin (>= 0).
+
+    Notes
+    -----
+    * ``decide`` admits *everything* pending (Algorithm 1 has no partial
+      admission), so a single dataset whose prediction alone exceeds the target
+      is admitted at once.
+    * The safety margin is ``max(min_margin_s, Q, 0)`` where ``Q`` is the
+      nearest-rank ``quantile`` of the residuals ``processing_s - prediction``
+      of the last ``history`` batches, each prediction taken just *before* that
+      batch was added to the model (an honest out-of-sample error).
+    * ``decide``, ``observe`` and ``mutate`` may be called from different
+      threads.  One lock guards the state; ``decide`` aggregates ``pending``
+      outside it and holds it only for O(1) work.  Changes made by ``mutate``
+      apply from the next ``decide`` call.
+
+    Examples
+    --------
+    >>> from types import SimpleNamespace as D
+    >>> c = AdmissionController(slide_s=5.0)          # prior = 0.25 * 5 = 1.25 s
+    >>> p = [D(arrival=0.0, rows=100, nbytes=6400)]
+    >>> c.decide(3.73, p).reason, c.decide(3.74, p).reason
+    ('wait', 'admit')
+    >>> c.observe(BatchObservation(rows=100, nbytes=6400, processing_s=1.0, max_latency_s=4.74))
+    >>> c.margin_s, c.model.predict(6400)           # residual -0.25 -> margin 0
+    (0.0, 1.0)
+    >>> c.set_slide(2.0)
+    >>> [ch.changes for ch in c.pop_changes()]
+    [{'slide_s': (5.0, 2.0)}]
+    """
+
+    MUTABLE = frozenset(
+        {"slide_s", "quantile", "poll_interval_s", "initial_target_s", "prior_processing_s", "min_margin_s"}
+    )
+
+    def __init__(
+        self,
+        *,
+        slide_s: float,
+        poll_interval_s: float = 0.01,
+        quantile: float = 0.95,
+        history: int = 100,
+        initial_target_s: float = 1.0,
+        prior_processing_s: float | None = None,
+        min_margin_s: float = 0.0,
+    ) -> None:
+        self._lock = threading.Lock()
+        self._history = _check_history(history)
+        values = {
+            "slide_s": slide_s,
+            "poll_interval_s": poll_interval_s,
+            "quantile": quantile,
+            "initial_target_s": initial_target_s,
+            "prior_processing_s": prior_processing_s,
+            "min_margin_s": min_margin_s,
+        }
+        self._p: dict[str, Any] = {k: _VALIDATORS[k](v) for k, v in values.items()}
+        self._model = ServiceTimeModel(history=self._history, prior_s=0.0)
+        self._residuals: deque[float] = deque(maxlen=self._history)
+        self._raw_margin: float | None = None  # residual quantile, None before any
+        self._lat_sum = 0.0  # sum of observed max latencies (tumbling target)
+        self._n_observed = 0
+        self._last_decision: Decision | None = None
+        self._changes: list[ParamChange] = []
+        self._n_reported = 0  # how many of _changes pop_changes already returned
+        self._sync_prior()
+
+    # -- internal (call with the lock held, or from __init__) ---------------
+    def _target(self) -> float:
+        slide = self._p["slide_s"]
+        if slide > 0.0:
+            return slide
+        if self._n_observed == 0:
+            return self._p["initial_target_s"]
+        return self._lat_sum / self._n_observed
+
+    def _margin(self) -> float:
+        m = self._p["min_margin_s"]
+        raw = self._raw_margin
+        if raw is not None and raw > m:
+            m = raw
+        return m if m > 0.0 else 0.0
+
+    def _sync_prior(self) -> None:
+        # The prior only matters while the model is empty; keeping it equal to
+        # 0.25 * target there lets a target change move the first prediction.
+        prior = self._p["prior_processing_s"]
+        self._model.prior_s = 0.25 * self._target() if prior is None else prior
+
+    def _refresh_margin(self) -> None:
+        r = self._residuals
+        self._raw_margin = nearest_rank_quantile(r, self._p["quantile"]) if r else None
+
+    # -- the hot path ------------------------------------------------------
+    def decide(self, now: float, pending: Sequence) -> Decision:
+        """Decide whether to admit everything in ``pending`` at time ``now``.
+
+        Parameters
+        ----------
+        now : float
+            Current time (same clock as the arrivals, epoch seconds).
+        pending : sequence
+            Objects with ``.arrival`` (float), ``.rows`` and ``.nbytes``; order
+            is not relied upon (the oldest arrival is the minimum).
+
+        Returns
+        -------
+        Decision
+            Also stored as :attr:`last_decision`.
+
+        Examples
+        --------
+        >>> from types import SimpleNamespace as D
+        >>> c = AdmissionController(slide_s=2.0, prior_processing_s=0.5)
+        >>> c.decide(7.0, [D(arrival=4.0, rows=1, nbytes=64)]).reason
+        'overdue'
+        """
+        # Aggregate outside the lock: this is the only O(len(pending)) work.
+        n = 0
+        rows = 0
+        nbytes = 0
+        oldest = math.inf
+        for d in pending:
+            a = d.arrival
+            if a < oldest:
+                oldest = a
+            rows += d.rows
+            nbytes += d.nbytes
+            n += 1
+        with self._lock:
+            target = self._target()
+            margin = self._margin()
+            if n == 0:
+                dec = Decision(False, "empty", 0, 0, 0, 0.0, 0.0, margin, 0.0, target)
+            else:
+                # Clamp: an arrival stamped slightly in the future (clock skew
+                # between source and driver) must not make the age negative.
+                age = now - oldest
+                if age < 0.0:
+                    age = 0.0
+                predicted = self._model.predict(nbytes)
+                estimate = age + predicted + margin + self._p["poll_interval_s"]
+                if age >= target - _TIE_EPS_S:
+                    admit, reason = True, "overdue"
+                elif estimate >= target - _TIE_EPS_S:
+                    admit, reason = True, "admit"
+                else:
+                    admit, reason = False, "wait"
+                dec = Decision(admit, reason, n, rows, nbytes, age, predicted, margin, estimate, target)
+            self._last_decision = dec
+        return dec
+
+    # -- learning ----------------------------------------------------------
+    def observe(self, obs: BatchObservation) -> None:
+        """Learn from a completed micro-batch.
+
+        Records the residual against the model's prediction *before* adding
+        the batch, updates the model, the margin and the tumbling target.
+
+        Raises
+        ------
+        ConfigError
+            If the observation holds negative or non-finite numbers.
+
+        Examples
+        --------
+        >>> c = AdmissionController(slide_s=0, initial_target_s=2.0)
+        >>> c.target_s
+        2.0
+        >>> c.observe(BatchObservation(rows=1, nbytes=64, processing_s=0.2, max_latency_s=3.0))
+        >>> c.observe(BatchObservation(rows=1, nbytes=64, processing_s=0.2, max_latency_s=4.0))
+        >>> c.target_s
+        3.5
+        """
+        nbytes = _nonneg("nbytes")(obs.nbytes)
+        proc = _nonneg("processing_s")(obs.processing_s)
+        lat = _nonneg("max_latency_s")(obs.max_latency_s)
+        with self._lock:
+            self._residuals.append(proc - self._model.predict(nbytes))
+            self._model.update(nbytes, proc)
+            self._lat_sum += lat
+            self._n_observed += 1
+            self._refresh_margin()
+            self._sync_prior()
+
+    update = observe  # river-style alias
+
+    # -- live parameters ---------------------------------------------------
+    def mutate(self, changes: Mapping[str, Any]) -> None:
+        """Change live-mutable parameters atomically.
+
+        Every key and value is validated before anything is applied, so a
+        failed call changes nothing.  Parameters whose value actually changes
+        are recorded as one :class:`ParamChange`.
+
+        Raises
+        ------
+        ConfigError
+            Unknown key (the message lists :attr:`MUTABLE`) or invalid value
+            (the message names the key and the value).
+
+        Examples
+        --------
+        >>> c = AdmissionController(slide_s=5.0)
+        >>> c.mutate({"slide_s": 2.0, "quantile": 0.9})
+        >>> c.target_s
+        2.0
+        >>> c.mutate({"history": 10})
+        Traceback (most recent call last):
+        ...
+        lmstream_kit.exceptions.ConfigError: cannot change 'history' on a live controller; mutable parameters: initial_target_s, min_margin_s, poll_interval_s, prior_processing_s, quantile, slide_s
+        """
+        if not isinstance(changes, Mapping):
+            raise ConfigError(f"mutate expects a mapping of parameter -> value, got {changes!r}")
+        unknown = sorted(str(k) for k in changes if k not in self.MUTABLE)
+        if unknown:
+            allowed = ", ".join(sorted(self.MUTABLE))
+            raise ConfigError(
+                f"cannot change {', '.join(repr(k) for k in unknown)} on a live controller; "
+                f"mutable parameters: {allowed}"
+            )
+        new = {k: _VALIDATORS[k](v) for k, v in changes.items()}
+        with self._lock:
+            diff = {k: (self._p[k], v) for k, v in new.items() if self._p[k] != v}
+            if not diff:
+                return
+            self._p.update(new)
+            if "quantile" in diff:
+                self._refresh_margin()
+            self._sync_prior()
+            self._changes.append(ParamChange(len(self._changes) + 1, time.time(), diff))
+
+    def set_slide(self, slide_s: float) -> None:
+        """Shorthand for ``mutate({"slide_s": slide_s})``."""
+        self.mutate({"slide_s": slide_s})
+
+    @property
+    def changes(self) -> list[ParamChange]:
+        """All applied changes, oldest first (a copy)."""
+        with self._lock:
+            return list(self._changes)
+
+    def pop_changes(self) -> list[ParamChange]:
+        """Return the changes not returned by an earlier call, and mark them reported.
+
+        The stream calls this when it starts a batch, to record the changes
+        with that batch's id; each change is reported exactly once.
+        """
+        with self._lock:
+            out = self._changes[self._n_reported :]
+            self._n_reported = len(self._changes)
+            return out
+
+    # -- read-only answers -------------------------------------------------
+    @property
+    def target_s(self) -> float:
+        """Latency target in force."""
+        with self._lock:
+            return self._target()
+
+    @property
+    def margin_s(self) -> float:
+        """Safety margin in force."""
+        with self._lock:
+            return self._margin()
+
+    @property
+    def model(self) -> ServiceTimeModel:
+        """The service-time model (do not update it directly; use observe)."""
+        return self._model
+
+    @property
+    def n_observed(self) -> int:
+        """Number of batches observed so far."""
+        return self._n_observed
+
+    @property
+    def last_decision(self) -> Decision | None:
+        """The most recent :meth:`decide` answer, or None."""
+        return self._last_decision
+
+    @property
+    def slide_s(self) -> float:
+        return self._p["slide_s"]
+
+    @property
+    def poll_interval_s(self) -> float:
+        return self._p["poll_interval_s"]
+
+    @property
+    def quantile(self) -> float:
+        return self._p["quantile"]
+
+    @property
+    def history(self) -> int:
+        return self._history
+
+    @property
+    def initial_target_s(self) -> float:
+        return self._p["initial_target_s"]
+
+    @property
+    def prior_processing_s(self) -> float | None:
+        return self._p["prior_processing_s"]
+
+    @property
+    def min_margin_s(self) -> float:
+        return self._p["min_margin_s"]
+
+    def params(self) -> dict:
+        """The constructor parameters currently in force.
+
+        Examples
+        --------
+        >>> AdmissionController(slide_s=5).params()["slide_s"]
+        5.0
+        """
+        with self._lock:
+            out = dict(self._p)
+        out["history"] = self._history
+        return out
+
+    def snapshot(self) -> dict:
+        """JSON-serialisable state: params plus target, margin, model fit, counts.
+
+        Examples
+        --------
+        >>> import json
+        >>> s = AdmissionController(slide_s=5).snapshot()
+        >>> s["target_s"], s["margin_s"], s["coefficients"], s["n_observed"]
+        (5.0, 0.0, None, 0)
+        >>> _ = json.dumps(s)
+        """
+        with self._lock:
+            out = dict(self._p)
+            out["history"] = self._history
+            out["target_s"] = self._target()
+            out["margin_s"] = self._margin()
+            coef = self._model.coefficients
+            out["coefficients"] = None if coef is None else [coef[0], coef[1]]
+            out["model_mode"] = self._model.mode
+            out["model_n"] = self._model.n
+            out["prior_s"] = self._model.prior_s
+            out["n_observed"] = self._n_observed
+            out["n_changes"] = len(self._changes)
+        return out
+
+    def __repr__(self) -> str:
+        p = ", ".join(f"{k}={v!r}" for k, v in self.params().items())
+        return f"AdmissionController({p})"

@@ -1,0 +1,115 @@
+"""Starting and stopping SparkSessions for lmstream_kit.
+
+Everything that makes a local or standalone session behave on a small machine
+lives here: loopback binding, the Python worker interpreter, a fast checkpoint
+file manager, a larger thread stack (a safety net for Spark's stop path), and
+quiet logs.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from pathlib import Path
+from typing import Mapping, Optional
+
+from ..exceptions import EngineError, JavaNotFoundError
+
+#: confs applied to every session the kit creates; callers can override any
+DEFAULT_CONF: dict[str, str] = {
+    "spark.driver.host": "127.0.0.1",
+    "spark.driver.bindAddress": "127.0.0.1",
+    "spark.ui.enabled": "false",
+    "spark.ui.showConsoleProgress": "false",
+    "spark.sql.shuffle.partitions": "2",
+    "spark.sql.session.timeZone": "UTC",
+    # The default checkpoint manager costs ~160 ms per batch on local[2]; the
+    # plain file-system one ~50 ms (walCommit and commitOffsets drop ~7x).
+    "spark.sql.streaming.checkpointFileManagerClass": (
+        "org.apache.spark.sql.execution.streaming.checkpointing."
+        "FileSystemBasedCheckpointFileManager"
+    ),
+    "spark.hadoop.fs.file.impl": "org.apache.hadoop.fs.RawLocalFileSystem",
+    # Every batch is admitted by the gate; extra no-data batches would blur the
+    # one-admission-one-batch accounting (state still expires with the next batch).
+    "spark.sql.streaming.noDataMicroBatches.enabled": "false",
+    # Spark's interruption check can overflow a 1 MB stack on stop (KNOWHOW).
+    "spark.driver.extraJavaOptions": "-Xss16m -XX:+UseSerialGC",
+    "spark.executor.extraJavaOptions": "-Xss16m",
+}
+
+def find_java() -> str:
+    """Path of the ``java`` executable Spark will use, or raise JavaNotFoundError."""
+    home = os.environ.get("JAVA_HOME")
+    if home:
+        candidate = Path(home) / "bin" / "java"
+        if candidate.exists():
+            return str(candidate)
+        raise JavaNotFoundError(
+            f"JAVA_HOME={home} has no bin/java; install Java 17 "
+            "(e.g. apt-get install openjdk-17-jre-headless) or fix JAVA_HOME"
+        )
+    found = shutil.which("java")
+    if not found:
+        raise JavaNotFoundError(
+            "Java not found: Spark needs a Java 17 runtime on PATH or in JAVA_HOME "
+            "(e.g. apt-get install openjdk-17-jre-headless)"
+        )
+    return found
+
+
+def prepare_environment() -> None:
+    """Environment every Spark process inherits: loopback and our interpreter."""
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    # Python workers must run this interpreter, the one that has pyspark and the kit
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+
+
+def build_session(
+    *,
+    master: str = "local[2]",
+    app_name: str = "lmstream_kit",
+    conf: Optional[Mapping[str, str]] = None,
+    log_level: str = "ERROR",
+):
+    """Create (or reuse) a SparkSession with the kit's defaults and register the source.
+
+    Parameters
+    ----------
+    master : str
+        ``local[N]`` for embedded Spark or ``spark://host:port`` for a standalone cluster.
+    conf : mapping, optional
+        Extra Spark confs; they override :data:`DEFAULT_CONF`.
+    """
+    find_java()
+    prepare_environment()
+    from pyspark.sql import SparkSession
+
+    settings = dict(DEFAULT_CONF)
+    settings.update(conf or {})
+    builder = SparkSession.builder.master(master).appName(app_name)
+    for key, value in settings.items():
+        builder = builder.config(key, value)
+    try:
+        spark = builder.getOrCreate()
+    except Exception as exc:  # JVM failed to start, master unreachable, ...
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise EngineError(f"could not start Spark (master {master}): {first}") from exc
+    spark.sparkContext.setLogLevel(log_level)
+    register_source(spark)
+    return spark
+
+
+def register_source(spark) -> None:
+    """Make ``spark.readStream.format("lmstream")`` available in ``spark``."""
+    from .source import LMStreamDataSource
+
+    spark.dataSource.register(LMStreamDataSource)
+
+
+def spark_version() -> str:
+    from pyspark import __version__
+
+    return __version__

@@ -1,0 +1,111 @@
+"""Starting, feeding and stopping the streaming query (the Spark side of LiveStream)."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Callable, Optional
+
+from ..exceptions import EngineError
+from .source import SOURCE_NAME
+
+
+def start_query(
+    spark,
+    *,
+    workload,
+    source_options: dict,
+    trigger_s: float,
+    on_batch: Callable,
+    checkpoint: Path,
+    name: str,
+):
+    """Start ``workload``'s query over the ``lmstream`` source with a foreachBatch sink."""
+    reader = spark.readStream.format(SOURCE_NAME)
+    for key, value in source_options.items():
+        reader = reader.option(key, str(value))
+    stream = reader.load()
+    result = workload.build_query(stream)
+    writer = (
+        result.writeStream.queryName(name)
+        .outputMode(workload.output_mode)
+        .option("checkpointLocation", str(checkpoint))
+        .foreachBatch(on_batch)
+        .trigger(processingTime=f"{int(round(trigger_s * 1000))} milliseconds")
+    )
+    try:
+        return writer.start()
+    except Exception as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise EngineError(f"could not start query {name}: {first}") from exc
+
+
+def write_output(batch_df, output_dir: Optional[Path], batch_id: int) -> int:
+    """Run the batch's query once and write its result; returns the output row count.
+
+    One Spark action per batch (every action re-reads the source).  The result is
+    collected as Arrow and written to ``part-<batch_id>.parquet`` by rename, so a
+    batch replayed after a crash overwrites its own file instead of duplicating it.
+    With ``output_dir=None`` the result is computed and dropped (Spark's noop sink).
+    """
+    if output_dir is None:
+        batch_df.write.format("noop").mode("overwrite").save()
+        return -1
+    table = batch_df.toArrow()
+    if table.num_rows:
+        import pyarrow.parquet as pq
+
+        output_dir.mkdir(parents=True, exist_ok=True)
+        final = output_dir / f"part-{batch_id:08d}.parquet"
+        tmp = output_dir / f".part-{batch_id:08d}.parquet.tmp"
+        pq.write_table(table, tmp)
+        os.replace(tmp, final)
+    return table.num_rows
+
+
+def last_checkpoint_offset(checkpoint: Path) -> Optional[int]:
+    """The source offset (feed seq) of the newest batch in a checkpoint's offset log.
+
+    Spark replays an uncommitted batch from this log without asking the source,
+    so after a restart the gate continues from here.
+    """
+    offsets = Path(checkpoint) / "offsets"
+    if not offsets.is_dir():
+        return None
+    ids = sorted((int(p.name) for p in offsets.iterdir() if p.name.isdigit()), reverse=True)
+    for batch_id in ids:
+        lines = (offsets / str(batch_id)).read_text().splitlines()
+        # line 0: version, line 1: metadata, then one offset per source
+        for line in lines[2:]:
+            try:
+                value = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if isinstance(value, dict) and "seq" in value:
+                return int(value["seq"])
+    return None
+
+
+def stop_query(query, *, is_idle: Callable[[], bool], timeout_s: float = 60.0) -> None:
+    """Stop ``query`` without Spark's interruption stack traces.
+
+    Stopping while foreachBatch is inside a Spark action makes Spark print a
+    StackOverflowError; so wait until the caller says nothing is in flight
+    (admission closed and no foreachBatch running) and Spark reports no active
+    trigger, and only then stop.
+    """
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            active = query.isActive and query.status.get("isTriggerActive", False)
+        except Exception:
+            active = False
+        if is_idle() and not active:
+            break
+        time.sleep(0.02)
+    try:
+        query.stop()
+    except Exception:
+        pass

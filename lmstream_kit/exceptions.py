@@ -1,0 +1,41 @@
+"""Exceptions raised by lmstream_kit.
+
+Every error a user can cause derives from :class:`KitError`; the CLI prints
+its message on one line and exits with status 2 instead of showing a
+traceback.  Messages name the offending value.
+"""
+
+
+class KitError(Exception):
+    """Raised for any user-facing error in lmstream_kit (the root class)."""
+
+
+class ConfigError(KitError, ValueError):
+    """Raised when a parameter, option or name has an invalid value."""
+
+
+class UnknownNameError(ConfigError, KeyError):
+    """Raised when a registry lookup names something that is not registered."""
+
+    def __str__(self) -> str:  # KeyError would quote the message
+        return str(self.args[0]) if self.args else ""
+
+
+class SpoolError(KitError):
+    """Raised when a feed spool cannot be created, written or read."""
+
+
+class IngestError(KitError):
+    """Raised when a directory-ingest adapter cannot read its input directory."""
+
+
+class JavaNotFoundError(KitError):
+    """Raised when no Java runtime is available to start Spark."""
+
+
+class EngineError(KitError):
+    """Raised when the Spark engine fails to start, run or stop a stream."""
+
+
+class ChannelError(KitError):
+    """Raised when the source cannot reach the driver's admission channel."""

@@ -1,0 +1,662 @@
+"""LiveStream: the object a notebook or the CLI holds while a stream runs.
+
+It wires the parts together::
+
+    feed (generator or directory ingest) --> spool --> lmstream source (Spark)
+                                              ^             |  latestOffset: admit or hold?
+                                              |             v
+                            admission gate <-- channel <-- source runner process
+                                  ^
+    foreachBatch sink --> metrics.jsonl, gate.observe(...)      listener --> spark_progress.jsonl
+
+The gate is the LMStream :class:`~lmstream_kit.controller.AdmissionController`
+or a baseline (:mod:`lmstream_kit.policies`).  Its parameters can be changed
+while the stream runs; a change applies from the next admission and is
+recorded in that batch's metrics record (``changes``).
+"""
+
+from __future__ import annotations
+
+import math
+import platform
+import threading
+import time
+import uuid
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Optional, Union
+
+from . import __version__
+from .controller import BatchObservation, Decision
+from .exceptions import ConfigError, EngineError
+from .feed.spool import Spool
+from .feed.traffic import FeedGenerator, Traffic, traffic_from_spec
+from .metrics import (
+    METRICS_FILE,
+    PROGRESS_FILE,
+    JsonlWriter,
+    batch_record,
+    load_metrics,
+    read_run_info,
+    summarize,
+    write_run_info,
+)
+from .policies import get_policy
+from .workloads import Workload, get_workload
+
+BatchCallback = Callable[[dict], None]
+
+
+@dataclass
+class _Admission:
+    start: int
+    end: int
+    admitted_at: float
+    decision: Optional[Decision]
+    polls: int = 0
+    decision_s: float = 0.0
+    changes: list = field(default_factory=list)
+
+
+def _positive(name: str, value, *, allow_none: bool = False):
+    if value is None and allow_none:
+        return None
+    try:
+        ok = float(value) > 0 and math.isfinite(float(value))
+    except (TypeError, ValueError):
+        ok = False
+    if not ok:
+        raise ConfigError(f"{name} must be > 0, got {value}")
+    return float(value)
+
+
+class LiveStream:
+    """Run one workload's streaming query under an admission policy.
+
+    Parameters
+    ----------
+    workload : str or Workload
+        Registered workload name, e.g. ``"LR2S"``, or a Workload object.
+    policy : str
+        ``"lmstream"``, ``"fixed"`` or ``"asap"``.
+    traffic : str or Traffic
+        ``"constant"``, ``"random"``, a CSV trace of rows per second, or a Traffic.
+    rate : float
+        Rows per (simulated) second, the mean for ``random`` traffic.
+    spread : float, optional
+        Standard deviation of ``random`` traffic (default 25% of ``rate``).
+    speedup : float
+        Simulated seconds per wall second.  Windows and the latency bound are in
+        simulated seconds; the controller's target in wall seconds is
+        ``slide / speedup``.
+    duration_s : float, optional
+        Simulated seconds of traffic to generate (None: until stopped).
+    run_dir : path, optional
+        Where the spool, checkpoint, output and metrics go (a temp dir if None).
+    input_dir : path, optional
+        Read rows from files landing in this directory instead of generating them.
+    master : str
+        ``local[N]`` or ``spark://host:port``.
+    spark : SparkSession, optional
+        Use this session instead of creating one (it is then not stopped).
+    trigger_s : float, optional
+        Interval of the ``fixed`` policy (default 10 s).
+    slide_s : float, optional
+        Override the workload's slide (simulated seconds; 0 = tumbling target).
+    controller : dict, optional
+        Extra keyword parameters of the AdmissionController.
+    output : {"parquet", "noop"}
+        Write each batch's result to ``run_dir/output`` or drop it.
+
+    Examples
+    --------
+    >>> with LiveStream("LR2S", policy="lmstream", speedup=5) as s:   # doctest: +SKIP
+    ...     s.wait(batches=10)
+    ...     s.controller.set_slide(1.0)
+    """
+
+    def __init__(
+        self,
+        workload: str = "LR2S",
+        *,
+        policy: str = "lmstream",
+        traffic: Union[str, Traffic] = "random",
+        rate: float = 1000,
+        spread: Optional[float] = None,
+        speedup: float = 1.0,
+        seed: int = 0,
+        duration_s: Optional[float] = None,
+        run_dir: Optional[Union[str, Path]] = None,
+        input_dir: Optional[Union[str, Path]] = None,
+        master: str = "local[2]",
+        spark=None,
+        trigger_s: Optional[float] = None,
+        slide_s: Optional[float] = None,
+        controller: Optional[dict] = None,
+        output: str = "parquet",
+        partitions: int = 2,
+        spark_conf: Optional[dict] = None,
+        name: Optional[str] = None,
+    ) -> None:
+        self.workload = workload if isinstance(workload, Workload) else get_workload(workload)
+        self.policy = get_policy(policy, trigger_s=trigger_s)
+        self.rate = _positive("rate", rate)
+        self.speedup = _positive("speedup", speedup)
+        self.duration_s = _positive("duration", duration_s, allow_none=True)
+        if slide_s is not None and not (isinstance(slide_s, (int, float)) and slide_s >= 0):
+            raise ConfigError(f"slide must be >= 0 seconds (0 = tumbling), got {slide_s}")
+        self.slide_s = float(self.workload.slide_s if slide_s is None else slide_s)
+        if output not in ("parquet", "noop"):
+            raise ConfigError(f"output must be 'parquet' or 'noop', got {output!r}")
+        self.output = output
+        self.seed = int(seed)
+        self.master = master
+        self.partitions = int(partitions)
+        self.spark_conf = dict(spark_conf or {})
+        self.input_dir = Path(input_dir) if input_dir is not None else None
+        if self.input_dir is not None and not self.input_dir.is_dir():
+            raise ConfigError(f"input directory {self.input_dir} does not exist")
+        if isinstance(traffic, Traffic):
+            self.traffic = traffic
+        elif self.input_dir is None:
+            self.traffic = traffic_from_spec(str(traffic), rate=self.rate, spread=spread, seed=self.seed)
+        else:
+            self.traffic = None
+        self.traffic_spec = traffic if isinstance(traffic, str) else getattr(traffic, "name", "custom")
+        if run_dir is None:
+            import tempfile
+
+            run_dir = tempfile.mkdtemp(prefix="lmstream-run-")
+        self.run_dir = Path(run_dir)
+        self.name = name or f"{self.workload.name}-{self.policy.name}-{uuid.uuid4().hex[:6]}"
+
+        self.gate = self.policy.make_gate(
+            slide_s=self.slide_s / self.speedup, controller_params=controller
+        )
+        self._external_spark = spark
+        self.spark = spark
+        self.query = None
+        self.spool: Optional[Spool] = None
+        self.feed = None
+        self._channel = None
+        self._listener = None
+        self._metrics_writer: Optional[JsonlWriter] = None
+        self._progress_writer: Optional[JsonlWriter] = None
+
+        self._lock = threading.RLock()
+        self._batch_done = threading.Condition(self._lock)
+        self._mode = "run"  # run | drain | hold
+        self._admitted_end = 0
+        self._completed_end = 0
+        self._admissions: dict[int, _Admission] = {}
+        self._planned: deque = deque()
+        self._in_batch = False
+        self._polls = 0
+        self._decision_s = 0.0
+        self._records: list[dict] = []
+        self._callbacks: list[BatchCallback] = []
+        self._changes: list[dict] = []
+        self._failure: Optional[BaseException] = None
+        self._started_at: Optional[float] = None
+        self._stopped = False
+
+    # ------------------------------------------------------------------ properties
+    @property
+    def controller(self):
+        """The AdmissionController (``lmstream`` policy), else None."""
+        return self.gate if self.policy.uses_controller else None
+
+    @property
+    def target_s(self) -> float:
+        """The latency bound in force, wall seconds (NaN for baselines)."""
+        return self.gate.target_s if self.controller is not None else math.nan
+
+    @property
+    def records(self) -> list[dict]:
+        """Copies of the metrics records so far (thread-safe)."""
+        with self._lock:
+            return list(self._records)
+
+    def metrics(self):
+        """The run's metrics as a pandas DataFrame (reads the run directory)."""
+        return load_metrics(self.run_dir)
+
+    def summary(self) -> dict:
+        bound = self.slide_s / self.speedup if self.slide_s > 0 else None
+        return summarize(self.records, bound_s=bound)
+
+    @property
+    def is_active(self) -> bool:
+        return self.query is not None and self.query.isActive
+
+    @property
+    def failure(self) -> Optional[BaseException]:
+        return self._failure
+
+    def on_batch(self, callback: BatchCallback) -> None:
+        """Call ``callback(record)`` after every micro-batch (from Spark's thread)."""
+        with self._lock:
+            self._callbacks.append(callback)
+
+    # ------------------------------------------------------------------ live setters
+    def set_slide(self, slide_s: float) -> None:
+        """Change the latency bound (simulated seconds); applies from the next admission."""
+        if self.controller is None:
+            raise ConfigError(f"policy {self.policy.name!r} has no latency bound to change")
+        self.controller.set_slide(float(slide_s) / self.speedup)
+        self.slide_s = float(slide_s)
+
+    def set_rate_scale(self, factor: float) -> None:
+        """Scale the offered traffic rate of the running generator."""
+        if not isinstance(self.feed, FeedGenerator):
+            raise ConfigError("the offered rate can only be changed for generated traffic")
+        self.feed.set_rate_scale(factor)
+        with self._lock:
+            self._changes.append({"param": "rate_scale", "value": float(factor), "at": time.time()})
+
+    # ------------------------------------------------------------------ lifecycle
+    def start(self) -> "LiveStream":
+        """Create the run directory, start Spark, the feed and the query."""
+        from .engine.channel import ChannelServer
+        from .engine.listener import ProgressListener
+        from .engine.session import build_session, spark_version
+        from .engine.stream import last_checkpoint_offset, start_query
+
+        try:
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise ConfigError(f"cannot create run directory {self.run_dir}: {exc.strerror}") from None
+        previous = read_run_info(self.run_dir)
+        self.spool = Spool(self.run_dir / "spool", schema=self.workload.schema)
+        checkpoint = self.run_dir / "checkpoint"
+        resume = last_checkpoint_offset(checkpoint)
+        with self._lock:
+            self._admitted_end = self._completed_end = resume or 0
+        self._metrics_writer = JsonlWriter(self.run_dir / METRICS_FILE)
+        self._progress_writer = JsonlWriter(self.run_dir / PROGRESS_FILE, durable=False)
+
+        if self.spark is None:
+            self.spark = build_session(master=self.master, conf=self.spark_conf)
+        else:
+            from .engine.session import register_source
+
+            register_source(self.spark)
+        self._channel = ChannelServer(self, key_file=self.run_dir / ".channel.key")
+        self._listener = ProgressListener(self._on_progress)
+        self.spark.streams.addListener(self._listener)
+        self._start_feed()
+        self._started_at = time.time()
+        self._write_run_info(
+            previous,
+            spark_version=spark_version(),
+            resumed_from_seq=resume,
+        )
+        try:
+            self.query = start_query(
+                self.spark,
+                workload=self.workload,
+                source_options={
+                    "spool": self.spool.uri,
+                    "channel": f"127.0.0.1:{self._channel.port}",
+                    "channel_key": str(self._channel.key_file),
+                    "partitions": self.partitions,
+                },
+                trigger_s=self.policy.trigger_s,
+                on_batch=self._on_batch,
+                checkpoint=checkpoint,
+                name=self.name.replace("-", "_"),
+            )
+        except BaseException:
+            self._teardown()
+            raise
+        self._listener.query_id = str(self.query.id)
+        return self
+
+    def _start_feed(self) -> None:
+        if self.input_dir is not None:
+            from .feed.ingest import DirectoryIngest
+
+            self.feed = DirectoryIngest(
+                self.input_dir,
+                self.spool,
+                checks=self.workload.checks,
+                dead_letter=self.run_dir / "dead_letter.jsonl",
+            )
+        else:
+            self.feed = FeedGenerator(
+                self.spool,
+                self.traffic,
+                self.workload.make_rows,
+                speedup=self.speedup,
+                seed=self.seed,
+                duration_s=self.duration_s,
+                start_second=self._next_generator_second(),
+            )
+        self.feed.start()
+
+    def _next_generator_second(self) -> int:
+        """Continue the simulated clock of a resumed run after its last dataset."""
+        column = self.workload.time_column
+        if column is None or self.spool.end_seq == 0:
+            return 0
+        last = self.spool.read_table(self.spool.end_seq - 1, self.spool.end_seq)
+        if last.num_rows == 0:
+            return 0
+        import pyarrow.compute as pc
+
+        return int(pc.max(last[column]).as_py()) + 1
+
+    def _write_run_info(self, previous: dict, **extra) -> None:
+        info = {
+            "workload": self.workload.name,
+            "policy": self.policy.name,
+            "trigger_s": self.policy.trigger_s,
+            "traffic": self.traffic_spec if self.input_dir is None else "input-dir",
+            "input_dir": str(self.input_dir) if self.input_dir else None,
+            "rate": self.rate,
+            "spread": getattr(self.traffic, "std", None),
+            "speedup": self.speedup,
+            "seed": self.seed,
+            "duration_s": self.duration_s,
+            "slide_s": self.slide_s,
+            "window_range_s": self.workload.window_range_s,
+            "target_s": self.slide_s / self.speedup if self.slide_s > 0 else None,
+            "master": self.master if self._external_spark is None else self.spark.sparkContext.master,
+            "query_name": self.name,
+            "kit_version": __version__,
+            "python": platform.python_version(),
+            "started_at": self._started_at,
+            "restarts": int(previous.get("restarts", -1)) + 1,
+        }
+        info.update(extra)
+        self._run_info = info
+        write_run_info(self.run_dir, info)
+
+    # ------------------------------------------------------------------ channel handler
+    def on_initial(self) -> int:
+        with self._lock:
+            return self._admitted_end
+
+    def on_latest(self, start: Optional[int]) -> int:
+        with self._lock:
+            base = self._admitted_end if start is None else int(start)
+            self._admitted_end = base
+            if self._mode == "hold":
+                return base
+            pending = self.spool.datasets(base)
+            if not pending:
+                return base
+            now = time.time()
+            t0 = time.perf_counter()
+            if self._mode == "drain":
+                decision = None
+                admit = True
+            else:
+                decision = self.gate.decide(now, pending)
+                admit = decision.admit
+            self._decision_s += time.perf_counter() - t0
+            self._polls += 1
+            if not admit:
+                return base
+            end = pending[-1].seq + 1
+            changes = list(self._changes)
+            self._changes.clear()
+            pop = getattr(self.gate, "pop_changes", None)
+            if pop is not None:
+                changes.extend(_change_dicts(pop()))
+            self._admissions[end] = _Admission(
+                start=base,
+                end=end,
+                admitted_at=now,
+                decision=decision,
+                polls=self._polls,
+                decision_s=self._decision_s,
+                changes=changes,
+            )
+            self._polls, self._decision_s = 0, 0.0
+            self._admitted_end = end
+            return end
+
+    def on_planned(self, start: int, end: int) -> None:
+        with self._lock:
+            self._planned.append((start, end))
+            if end not in self._admissions and end > start:
+                # a batch replayed from the offset log after a restart
+                self._admissions[end] = _Admission(start, end, time.time(), None)
+            self._admitted_end = max(self._admitted_end, end)
+
+    def on_commit(self, end: int) -> None:
+        return None
+
+    # ------------------------------------------------------------------ Spark callbacks
+    def _on_batch(self, batch_df, batch_id: int) -> None:
+        from .engine.stream import write_output
+
+        started = time.time()
+        with self._lock:
+            self._in_batch = True
+            span = None
+            while self._planned:
+                start, end = self._planned.popleft()
+                if end > self._completed_end or (start == end == self._completed_end):
+                    span = (start, end)
+            admission = self._admissions.pop(span[1], None) if span and span[1] > span[0] else None
+        try:
+            output_dir = self.run_dir / "output" if self.output == "parquet" else None
+            out_rows = write_output(batch_df, output_dir, batch_id)
+        except BaseException as exc:
+            with self._lock:
+                self._in_batch = False
+                self._failure = exc
+                self._batch_done.notify_all()
+            raise  # never swallow: Spark must not commit a failed batch
+        completed = time.time()
+        datasets = self.spool.datasets(span[0], span[1]) if span else []
+        admitted_at = admission.admitted_at if admission else started
+        decision = admission.decision if admission else None
+        extra: dict[str, Any] = {
+            "workload": self.workload.name,
+            "start_seq": span[0] if span else None,
+            "end_seq": span[1] if span else None,
+            "batch_started_at": started,
+            "foreach_s": completed - started,
+            "output_rows": out_rows,
+            "decision_s": admission.decision_s if admission else 0.0,
+            "polls": admission.polls if admission else 0,
+            "decision_reason": decision.reason if decision else ("drain" if admission else None),
+            "target_s": decision.target_s if decision else self.target_s,
+            "predicted_s": decision.predicted_s if decision else None,
+            "margin_s": decision.margin_s if decision else None,
+            "estimate_s": decision.estimate_s if decision else None,
+            "changes": admission.changes if admission and admission.changes else None,
+        }
+        record = batch_record(
+            batch_id=batch_id,
+            policy=self.policy.name,
+            datasets=datasets,
+            admitted_at=admitted_at,
+            completed_at=completed,
+            extra=extra,
+        )
+        self._metrics_writer.append(record)
+        if self.controller is not None and record["rows"] > 0:
+            self.controller.observe(
+                BatchObservation(
+                    rows=record["rows"],
+                    nbytes=record["bytes"],
+                    processing_s=record["processing_s"],
+                    max_latency_s=record["max_latency_s"],
+                )
+            )
+        with self._lock:
+            if span:
+                self._completed_end = max(self._completed_end, span[1])
+            self._records.append(record)
+            callbacks = list(self._callbacks)
+            self._in_batch = False
+            self._batch_done.notify_all()
+        for callback in callbacks:
+            try:
+                callback(record)
+            except Exception:
+                pass  # a broken subscriber must not fail the batch
+
+    def _on_progress(self, record: dict) -> None:
+        if self._progress_writer is not None:
+            self._progress_writer.append(record)
+
+    # ------------------------------------------------------------------ waiting
+    def _check_health(self) -> None:
+        if self._failure is not None:
+            raise EngineError(f"stream {self.name} failed: {_one_line(self._failure)}")
+        if self.query is not None and not self.query.isActive and not self._stopped:
+            exc = self.query.exception()
+            raise EngineError(f"stream {self.name} stopped: {_one_line(exc) if exc else 'no error'}")
+        feed_error = getattr(self.feed, "error", None)
+        if feed_error is not None:
+            raise EngineError(f"feed of {self.name} failed: {_one_line(feed_error)}")
+
+    def wait(
+        self,
+        *,
+        batches: Optional[int] = None,
+        rows: Optional[int] = None,
+        timeout: Optional[float] = None,
+        until: Optional[Callable[["LiveStream"], bool]] = None,
+    ) -> "LiveStream":
+        """Block until ``batches`` data batches / ``rows`` rows are done, or ``until(self)``.
+
+        Raises TimeoutError after ``timeout`` seconds and EngineError if the stream dies.
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout
+
+        def done() -> bool:
+            data = [r for r in self._records if r["rows"] > 0]
+            if batches is not None and len(data) < batches:
+                return False
+            if rows is not None and sum(r["rows"] for r in data) < rows:
+                return False
+            if until is not None and not until(self):
+                return False
+            return True
+
+        while True:
+            self._check_health()
+            with self._lock:
+                if done():
+                    return self
+                self._batch_done.wait(0.1)
+            if deadline is not None and time.monotonic() > deadline:
+                raise TimeoutError(
+                    f"stream {self.name}: condition not reached within {timeout:g} s "
+                    f"({len(self._records)} batches so far)"
+                )
+
+    def feed_finished(self) -> bool:
+        return bool(getattr(self.feed, "finished", False))
+
+    def drain(self, timeout: float = 120.0) -> None:
+        """Admit everything the spool holds and wait until it is processed."""
+        with self._lock:
+            self._mode = "drain"
+        self.spool.refresh()
+        target = self.spool.end_seq
+        self.wait(until=lambda s: s._completed_end >= target, timeout=timeout)
+
+    def stop(self, *, drain: bool = True, timeout: float = 120.0) -> dict:
+        """Stop cleanly: stop the feed, optionally process what is pending, stop Spark.
+
+        Returns the run summary.  Nothing ingested is lost either way: rows still
+        in the spool are processed by a later run from the same run directory.
+        """
+        if self._stopped:
+            return self.summary()
+        if self.feed is not None:
+            self.feed.stop()
+            if hasattr(self.feed, "scan_once") and drain:
+                self.feed.scan_once()  # files that landed since the last poll
+        try:
+            if drain and self.query is not None and self.query.isActive and self._failure is None:
+                self.drain(timeout=timeout)
+        finally:
+            with self._lock:
+                self._mode = "hold"
+            self._teardown()
+        return self.summary()
+
+    def _teardown(self) -> None:
+        from .engine.stream import stop_query
+
+        self._stopped = True
+        with self._lock:
+            self._mode = "hold"
+        if self.feed is not None:
+            try:
+                self.feed.stop()
+            except Exception:
+                pass
+        if self.query is not None:
+            stop_query(self.query, is_idle=lambda: not self._in_batch)
+        if self.spark is not None and self._listener is not None:
+            try:
+                self.spark.streams.removeListener(self._listener)
+            except Exception:
+                pass
+        if self._channel is not None:
+            self._channel.close()
+        stopped_at = time.time()
+        if getattr(self, "_run_info", None) is not None:
+            info = dict(self._run_info)
+            self.spool.refresh()
+            data = [r for r in self._records if r["rows"] > 0]
+            info.update(
+                stopped_at=stopped_at,
+                feed_rows=self.spool.total_rows(),
+                feed_datasets=self.spool.end_seq,
+                rows_processed=sum(r["rows"] for r in data),
+                batches=len(self._records),
+                total_rows=self.spool.total_rows(0, self._completed_end),
+                processed_through_seq=self._completed_end,
+            )
+            rows_bad = getattr(self.feed, "total_rows_bad", None)
+            if rows_bad is not None:
+                info["rows_rejected"] = rows_bad
+            write_run_info(self.run_dir, info)
+        for writer in (self._metrics_writer, self._progress_writer):
+            if writer is not None:
+                writer.close()
+        if self._external_spark is None and self.spark is not None:
+            try:
+                self.spark.stop()
+            except Exception:
+                pass
+            self.spark = None
+
+    def __enter__(self) -> "LiveStream":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop(drain=exc[0] is None)
+
+    def __repr__(self) -> str:
+        state = "running" if self.is_active else ("stopped" if self._stopped else "new")
+        return (
+            f"<LiveStream {self.workload.name} policy={self.policy.name} {state} "
+            f"batches={len(self._records)} run_dir={self.run_dir}>"
+        )
+
+
+def _change_dicts(changes) -> list[dict]:
+    out = []
+    for change in changes or []:
+        if isinstance(change, dict):
+            out.append(change)
+        else:
+            out.append({"change": repr(change)})
+    return out
+
+
+def _one_line(exc: BaseException | str) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__

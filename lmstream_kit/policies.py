@@ -1,0 +1,93 @@
+"""Admission policies compared on the same pipeline (pure Python).
+
+``lmstream``
+    the :class:`~lmstream_kit.controller.AdmissionController` decides at every
+    poll (Spark trigger 0, polling every ~10 ms);
+``fixed``
+    the paper's baseline: a static processing-time trigger (10 s by default)
+    that admits everything pending at each tick;
+``asap``
+    trigger 0, admitting everything pending as soon as Spark asks.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from typing import Optional, Sequence
+
+from .controller import AdmissionController, Decision
+from .exceptions import ConfigError
+from .registry import Registry
+
+
+class AdmitAll:
+    """Gate of the baseline policies: admit whatever is pending."""
+
+    def __init__(self, reason: str = "trigger") -> None:
+        self.reason = reason
+
+    def decide(self, now: float, pending: Sequence) -> Decision:
+        if not pending:
+            return Decision(
+                admit=False, reason="empty", n_datasets=0, rows=0, nbytes=0, age_s=0.0,
+                predicted_s=0.0, margin_s=0.0, estimate_s=0.0, target_s=math.nan,
+            )
+        oldest = min(float(d.arrival) for d in pending)
+        return Decision(
+            admit=True,
+            reason=self.reason,
+            n_datasets=len(pending),
+            rows=sum(int(d.rows) for d in pending),
+            nbytes=sum(int(d.nbytes) for d in pending),
+            age_s=now - oldest,
+            predicted_s=math.nan,
+            margin_s=math.nan,
+            estimate_s=math.nan,
+            target_s=math.nan,
+        )
+
+
+@dataclass(frozen=True)
+class Policy:
+    """How micro-batches are triggered and admitted.
+
+    ``trigger_s`` is Spark's processing-time trigger interval (0 = start the next
+    batch as soon as the previous one ends, polling the source every ~10 ms).
+    """
+
+    name: str
+    description: str
+    trigger_s: float
+    uses_controller: bool
+
+    def make_gate(self, *, slide_s: float, controller_params: Optional[dict] = None):
+        """A fresh gate for one stream: the controller, or :class:`AdmitAll`."""
+        if self.uses_controller:
+            return AdmissionController(slide_s=slide_s, **(controller_params or {}))
+        return AdmitAll(reason=self.name)
+
+
+POLICIES: Registry[Policy] = Registry("policy")
+POLICIES.register(
+    "lmstream",
+    Policy("lmstream", "LMStream dynamic batching: admit when the latency bound is reached", 0.0, True),
+)
+POLICIES.register(
+    "asap", Policy("asap", "trigger 0: admit everything pending at once", 0.0, False)
+)
+DEFAULT_FIXED_TRIGGER_S = 10.0
+POLICIES.register(
+    "fixed",
+    Policy("fixed", "static trigger interval (the paper's baseline)", DEFAULT_FIXED_TRIGGER_S, False),
+)
+
+
+def get_policy(name: str, *, trigger_s: Optional[float] = None) -> Policy:
+    """Look up a policy by name; ``trigger_s`` sets the ``fixed`` interval (default 10 s)."""
+    policy = POLICIES.get(name)
+    if policy.name == "fixed" and trigger_s is not None:
+        if not (isinstance(trigger_s, (int, float)) and trigger_s > 0):
+            raise ConfigError(f"fixed trigger interval must be > 0 seconds, got {trigger_s}")
+        policy = replace(policy, trigger_s=float(trigger_s))
+    return policy

@@ -1,0 +1,70 @@
+"""What a workload declares: its input schema and generator, its window and its query."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, Optional
+
+import pyarrow as pa
+
+from ..exceptions import ConfigError
+from ..registry import Registry
+
+#: name -> Workload; add a workload by registering it from a new module
+WORKLOADS: Registry["Workload"] = Registry("workload")
+
+
+@dataclass(frozen=True)
+class Workload:
+    """A streaming query and the data it runs on.
+
+    Parameters
+    ----------
+    name : str
+        Registry name, e.g. ``"LR2S"`` (Table III of the paper).
+    schema : pyarrow.Schema
+        Schema of the input rows (the spool's schema).
+    make_rows : callable
+        ``make_rows(second, n, rng) -> pyarrow.Table``: the ``n`` rows that arrive
+        in simulated second ``second``; deterministic for a given ``rng``.
+    build_query : callable
+        ``build_query(stream_df) -> DataFrame``: the streaming query over the
+        source (Spark code; imported only when a stream starts).
+    window_range_s, slide_s : float
+        Window range and slide in *simulated* seconds; ``slide_s == 0`` means a
+        tumbling window.  The slide is the admission controller's latency bound.
+    output_mode : str
+        Spark output mode of the query (``append``, ``update`` or ``complete``).
+    checks : mapping
+        Per-column ``(lo, hi)`` ranges that ingested user rows must satisfy.
+    """
+
+    name: str
+    description: str
+    schema: pa.Schema
+    make_rows: Callable[..., pa.Table]
+    build_query: Callable[[Any], Any]
+    window_range_s: float
+    slide_s: float
+    output_mode: str = "append"
+    checks: Mapping[str, tuple] = field(default_factory=dict)
+    time_column: Optional[str] = None
+
+    def __post_init__(self) -> None:
+        if self.slide_s < 0:
+            raise ConfigError(f"workload {self.name}: slide must be >= 0, got {self.slide_s}")
+        if self.output_mode not in ("append", "update", "complete"):
+            raise ConfigError(f"workload {self.name}: unknown output mode {self.output_mode!r}")
+
+    @property
+    def window_kind(self) -> str:
+        return "tumbling" if self.slide_s == 0 else "sliding"
+
+
+def register(workload: Workload) -> Workload:
+    return WORKLOADS.register(workload.name, workload)
+
+
+def get_workload(name: str) -> Workload:
+    """Look a workload up by name (case-insensitive); unknown names list the known ones."""
+    return WORKLOADS.get(name)

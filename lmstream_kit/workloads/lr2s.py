@@ -1,0 +1,58 @@
+"""LR2S (Table III): Linear Road segment speed over a sliding window.
+
+``SELECT timestamp, highway, direction, segment, AVG(speed) AS avgSpeed
+FROM SegSpeedStr [range 30 slide 10] GROUP BY highway, direction, segment
+HAVING avgSpeed < 40.0``
+
+Event time is the report's ``time`` (simulated seconds).  The query runs in
+append mode: each window's rows are emitted once, when the watermark closes it.
+"""
+
+from __future__ import annotations
+
+from .base import Workload, register
+from .linear_road import LR_CHECKS, LR_SCHEMA, make_position_reports
+
+RANGE_S = 30
+SLIDE_S = 10
+#: how late (simulated seconds) a report may arrive and still count
+LATENESS_S = 5
+
+
+def build_query(stream):
+    from pyspark.sql import functions as F
+
+    reports = stream.withColumn("ts", F.timestamp_seconds("time")).withWatermark(
+        "ts", f"{LATENESS_S} seconds"
+    )
+    per_segment = reports.groupBy(
+        F.window("ts", f"{RANGE_S} seconds", f"{SLIDE_S} seconds"),
+        "highway",
+        "direction",
+        "segment",
+    ).agg(F.avg("speed").alias("avgSpeed"), F.count("*").alias("reports"))
+    return per_segment.where(F.col("avgSpeed") < 40.0).select(
+        F.col("window.end").alias("timestamp"),
+        "highway",
+        "direction",
+        "segment",
+        "avgSpeed",
+        "reports",
+    )
+
+
+LR2S = register(
+    Workload(
+        name="LR2S",
+        description="Linear Road: average speed per highway, direction and segment "
+        f"over a {RANGE_S} s window sliding by {SLIDE_S} s, segments below 40 mph",
+        schema=LR_SCHEMA,
+        make_rows=make_position_reports,
+        build_query=build_query,
+        window_range_s=RANGE_S,
+        slide_s=SLIDE_S,
+        output_mode="append",
+        checks=LR_CHECKS,
+        time_column="time",
+    )
+)

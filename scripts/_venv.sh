@@ -1,0 +1,24 @@
+# Shared by demo.sh and test.sh: create a virtual environment and install the kit.
+#   make_venv DIR CONSTRAINTS EXTRAS
+set -euo pipefail
+make_venv() {
+  local dir=$1 constraints=$2 extras=$3
+  local py=${PYTHON:-python3}
+  if ! command -v java >/dev/null 2>&1 && [ -z "${JAVA_HOME:-}" ]; then
+    echo "error: Java not found: Spark needs a Java 17 runtime (e.g. apt-get install openjdk-17-jre-headless)" >&2
+    exit 2
+  fi
+  if [ ! -x "$dir/bin/python" ]; then
+    echo "creating virtual environment $dir ..."
+    "$py" -m venv "$dir"
+  fi
+  local stamp="$dir/.lmstream-installed"
+  local want
+  want=$(cat pyproject.toml "$constraints" | sha1sum | cut -c1-12)-$extras
+  if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
+    echo "installing lmstream_kit[$extras] into $dir (about a minute the first time) ..."
+    "$dir/bin/python" -m pip install --quiet --upgrade pip
+    "$dir/bin/python" -m pip install --quiet --progress-bar on -c "$constraints" -e ".[$extras]"
+    echo "$want" > "$stamp"
+  fi
+}

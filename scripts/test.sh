@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# One command: install the kit with its test tools and run the whole test suite.
+#   scripts/test.sh                  full suite on the default PySpark (4.1.x)
+#   scripts/test.sh --spark 4.3      the Spark integration tests on PySpark 4.3.x
+# Extra arguments go to pytest.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source scripts/_venv.sh
+line=default
+if [ "${1:-}" = "--spark" ]; then
+  line=$2; shift 2
+fi
+case "$line" in
+  default|4.1) venv=.venv; constraints=constraints/default.txt; select=() ;;
+  4.3) venv=.venv-spark43; constraints=constraints/spark43.txt; select=(-m "spark or cluster") ;;
+  *) echo "error: unknown Spark line '$line' (use 4.1 or 4.3)" >&2; exit 2 ;;
+esac
+make_venv "$venv" "$constraints" dev
+echo "pyspark $("$venv/bin/python" -c 'import pyspark; print(pyspark.__version__)'), running tests ..."
+exec "$venv/bin/python" -m pytest "${select[@]}" "$@"
