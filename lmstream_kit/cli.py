@@ -27,6 +27,16 @@ Examples:
 """
 
 
+def _console(**kw):
+    """A rich console; when output is not a terminal, wide enough that tables don't fold."""
+    from rich.console import Console
+
+    stream = sys.stderr if kw.get("stderr") else sys.stdout
+    if not stream.isatty():
+        kw.setdefault("width", 200)
+    return Console(**kw)
+
+
 def _fmt(value, unit: str = "", digits: int = 2) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "-"
@@ -117,10 +127,9 @@ def run(workload, traffic, rate, spread, policy, trigger_s, slide_s, duration, s
 
 
 def _progress(stream, *, duration: float, watch_input: bool) -> None:
-    from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-    console = Console(stderr=True)
+    console = _console(stderr=True)
     columns = [
         TextColumn("[bold]{task.description}"),
         BarColumn(),
@@ -154,7 +163,6 @@ def _progress(stream, *, duration: float, watch_input: bool) -> None:
 
 
 def _summary_table(stream, summary: dict) -> None:
-    from rich.console import Console
     from rich.table import Table
 
     table = Table(title=f"{stream.workload.name} / {stream.policy.name}: summary", show_header=True)
@@ -176,7 +184,7 @@ def _summary_table(stream, summary: dict) -> None:
         rows.append(("batches within the bound", _fmt(100 * summary["within_bound"], " %", 1)))
     for name, value in rows:
         table.add_row(name, value)
-    console = Console()
+    console = _console()
     console.print(table)
     console.print(f"metrics: {stream.run_dir / 'metrics.jsonl'}  (load with lmstream_kit.load_metrics)")
 
@@ -185,7 +193,6 @@ def _summary_table(stream, summary: dict) -> None:
 @click.argument("run_dirs", nargs=-1, required=True, type=click.Path(path_type=Path))
 def compare(run_dirs):
     """Print per-batch latency statistics of several runs side by side."""
-    from rich.console import Console
     from rich.table import Table
 
     from .metrics import read_jsonl, read_run_info, summarize
@@ -213,7 +220,7 @@ def compare(run_dirs):
             _fmt(s["throughput_rows_s"], digits=0),
             _fmt(100 * s["within_bound"], " %", 1) if "within_bound" in s else "-",
         )
-    Console().print(table)
+    _console().print(table)
 
 
 @cli.command()

@@ -285,7 +285,7 @@ class LiveStream:
         self._channel = ChannelServer(self, key_file=self.run_dir / ".channel.key")
         self._listener = ProgressListener(self._on_progress)
         self.spark.streams.addListener(self._listener)
-        self._start_feed()
+        self._resumed = resume is not None
         self._started_at = time.time()
         self._write_run_info(
             previous,
@@ -314,6 +314,20 @@ class LiveStream:
         return self
 
     def _start_feed(self) -> None:
+        """Start the generator or the ingest adapter, once.
+
+        A fresh query first runs an empty batch 0 (Spark plans it at once), which
+        also warms up the JVM; the feed starts when that batch is done, so that
+        the first datasets don't wait for Spark's start-up.  A resumed query may
+        have nothing to replay, so there the first poll starts the feed.
+        """
+        with self._lock:
+            if self.feed is not None or self._stopped:
+                return
+            self._create_feed()
+            self.feed.start()
+
+    def _create_feed(self) -> None:
         if self.input_dir is not None:
             from .feed.ingest import DirectoryIngest
 
@@ -333,7 +347,6 @@ class LiveStream:
                 duration_s=self.duration_s,
                 start_second=self._next_generator_second(),
             )
-        self.feed.start()
 
     def _next_generator_second(self) -> int:
         """Continue the simulated clock of a resumed run after its last dataset."""
@@ -379,6 +392,8 @@ class LiveStream:
             return self._admitted_end
 
     def on_latest(self, start: Optional[int]) -> int:
+        if self.feed is None and self._resumed:
+            self._start_feed()
         with self._lock:
             base = self._admitted_end if start is None else int(start)
             self._admitted_end = base
@@ -496,6 +511,8 @@ class LiveStream:
             callbacks = list(self._callbacks)
             self._in_batch = False
             self._batch_done.notify_all()
+        if self.feed is None:
+            self._start_feed()
         for callback in callbacks:
             try:
                 callback(record)
@@ -652,6 +669,8 @@ def _change_dicts(changes) -> list[dict]:
     for change in changes or []:
         if isinstance(change, dict):
             out.append(change)
+        elif hasattr(change, "to_dict"):
+            out.append(change.to_dict())
         else:
             out.append({"change": repr(change)})
     return out

@@ -446,6 +446,7 @@ class FeedGenerator:
         # Schedule anchor: second `_anchor_second` is due at `_anchor_wall`.
         self._anchor_wall = 0.0
         self._anchor_second = self.start_second
+        self._slot_second = self.start_second - 1
 
     # -------------------------------------------------------------- properties
     @property
@@ -493,7 +494,7 @@ class FeedGenerator:
         """
         new = _check_positive("speedup", speedup)
         with self._lock:
-            last = self._next_second - 1
+            last = self._slot_second  # the latest second whose slot has begun
             if last >= self._anchor_second:
                 self._anchor_wall = self._due(last)
                 self._anchor_second = last
@@ -548,12 +549,15 @@ class FeedGenerator:
         with self._lock:
             self._anchor_wall = self._clock()
             self._anchor_second = self._next_second
+            self._slot_second = self._next_second - 1
         self._finished = False
         try:
             while not self._stop.is_set() and not self._done():
                 second = self._next_second
                 if not self._wait_until_due(second):
                     break
+                with self._lock:
+                    self._slot_second = second
                 self._emit(second)
         finally:
             self._finished = True

@@ -1,0 +1,118 @@
+"""The lmstream-kit CLI as a user runs it: subprocesses, exit codes, one-line errors."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def kit(*args: str, env: dict | None = None, timeout: float = 300, cwd: Path | None = None):
+    return subprocess.run(
+        [sys.executable, "-m", "lmstream_kit", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+        cwd=cwd or REPO,
+    )
+
+
+def assert_user_error(proc, *needles: str) -> None:
+    assert proc.returncode == 2, (proc.returncode, proc.stdout, proc.stderr)
+    err = proc.stderr.strip()
+    assert "Traceback" not in proc.stderr and "Traceback" not in proc.stdout
+    assert len(err.splitlines()) == 1, err
+    assert err.startswith("error: ")
+    for needle in needles:
+        assert needle in err, err
+
+
+def test_help_explains_the_commands():
+    proc = kit("--help")
+    assert proc.returncode == 0
+    for word in ("run", "compare", "workloads", "cluster", "Examples"):
+        assert word in proc.stdout
+    run_help = kit("run", "--help").stdout
+    for option in ("--workload", "--traffic", "--rate", "--policy", "--duration", "--out", "--master", "--input"):
+        assert option in run_help
+
+
+@pytest.mark.parametrize(
+    "args, needles",
+    [
+        (["--workload", "LR9X"], ["unknown workload 'LR9X'", "LR2S"]),
+        (["--policy", "greedy"], ["unknown policy 'greedy'", "lmstream"]),
+        (["--rate", "0"], ["rate must be > 0, got 0"]),
+        (["--rate", "-5"], ["rate must be > 0, got -5"]),
+        (["--duration", "0"], ["duration must be > 0", "got 0"]),
+        (["--duration", "-1"], ["duration must be > 0", "got -1"]),
+        (["--slide", "-2"], ["slide must be >= 0", "got -2"]),
+        (["--speedup", "0"], ["speedup must be > 0, got 0"]),
+        (["--traffic", "zigzag"], ["zigzag"]),
+        (["--input", "/nonexistent/landing"], ["/nonexistent/landing"]),
+    ],
+)
+def test_bad_input_gets_one_line_and_no_traceback(args, needles, tmp_path):
+    assert_user_error(kit("run", "--out", str(tmp_path / "r"), *args), *needles)
+
+
+def test_java_missing_is_a_user_error(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "JAVA_HOME"}
+    env["PATH"] = str(Path(sys.executable).parent)  # python, but no java
+    assert_user_error(kit("run", "--out", str(tmp_path / "r"), env=env), "Java not found")
+
+
+def test_unwritable_spool_location_is_a_user_error(tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory")
+    # as root, permissions don't stop writes; a path under a regular file always fails
+    assert_user_error(kit("run", "--out", str(blocker / "run")), str(blocker / "run"))
+
+
+def test_compare_of_a_non_run_directory_is_a_user_error(tmp_path):
+    assert_user_error(kit("compare", str(tmp_path)), "not a run directory")
+
+
+def _fake_run(path: Path, policy: str, lat: list[float]) -> None:
+    path.mkdir()
+    (path / "run.json").write_text(json.dumps({"workload": "LR2S", "policy": policy, "target_s": 2.5}))
+    with open(path / "metrics.jsonl", "w") as fh:
+        for i, x in enumerate(lat):
+            fh.write(json.dumps({"batch_id": i, "rows": 100, "max_latency_s": x, "avg_latency_s": x / 2, "processing_s": 0.5}) + "\n")
+
+
+def test_compare_prints_runs_side_by_side(tmp_path):
+    _fake_run(tmp_path / "a", "lmstream", [2.0, 2.2, 2.4])
+    _fake_run(tmp_path / "b", "fixed", [10.5, 11.0, 12.5])
+    proc = kit("compare", str(tmp_path / "a"), str(tmp_path / "b"))
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    assert "lmstream" in out and "fixed" in out
+    assert "12.50" in out and "2.20" in out  # max of b, p50 of a
+    assert "100.0 %" in out and "0.0 %" in out  # within the 2.5 s bound
+
+
+def test_workloads_lists_lr2s():
+    proc = kit("workloads")
+    assert proc.returncode == 0 and "LR2S" in proc.stdout and "slide 10 s" in proc.stdout
+
+
+@pytest.mark.spark
+def test_run_writes_metrics_and_prints_a_summary(tmp_path):
+    out = tmp_path / "demo"
+    proc = kit("run", "--duration", "40", "--speedup", "8", "--rate", "500", "--out", str(out))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "summary" in proc.stdout and "rows processed" in proc.stdout
+    info = json.loads((out / "run.json").read_text())
+    assert info["workload"] == "LR2S" and info["policy"] == "lmstream" and info["traffic"] == "random"
+    assert info["spark_version"] and info["master"] == "local[2]" and info["seed"] == 0
+    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert sum(r["rows"] for r in records) == info["feed_rows"] == info["total_rows"]
+    assert "Traceback" not in proc.stderr
