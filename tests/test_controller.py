@@ -1,0 +1,532 @@
+"""Tests for lmstream_kit.controller: exact numbers, exact decisions."""
+
+from __future__ import annotations
+
+import json
+import math
+import threading
+from types import SimpleNamespace
+
+import pytest
+
+from lmstream_kit.controller import (
+    AdmissionController,
+    BatchObservation,
+    Decision,
+    ParamChange,
+    ServiceTimeModel,
+    nearest_rank_quantile,
+)
+from lmstream_kit.exceptions import ConfigError
+
+
+def ds(arrival: float, rows: int = 100, nbytes: int = 6400) -> SimpleNamespace:
+    return SimpleNamespace(arrival=arrival, rows=rows, nbytes=nbytes)
+
+
+def obs(nbytes: int, processing_s: float, max_latency_s: float = 1.0, rows: int = 1) -> BatchObservation:
+    return BatchObservation(rows=rows, nbytes=nbytes, processing_s=processing_s, max_latency_s=max_latency_s)
+
+
+# ---------------------------------------------------------------------------
+# ServiceTimeModel
+# ---------------------------------------------------------------------------
+
+
+class TestServiceTimeModel:
+    def test_prior_when_empty(self):
+        m = ServiceTimeModel(prior_s=0.7)
+        assert m.n == 0
+        assert m.mode == "prior"
+        assert m.coefficients is None
+        assert m.predict(0) == 0.7
+        assert m.predict(10**9) == 0.7
+
+    def test_default_prior(self):
+        assert ServiceTimeModel().predict(123) == 0.5
+
+    def test_proportional_rule_below_three(self):
+        m = ServiceTimeModel()
+        m.update(100, 1.0)
+        assert m.mode == "proportional"
+        assert m.predict(50) == 1.0  # x <= m_x: never faster than the mean
+        assert m.predict(100) == 1.0
+        assert m.predict(250) == 2.5  # 1.0 * 250 / 100
+        m.update(300, 2.0)  # m_t = 1.5, m_x = 200
+        assert m.n == 2
+        assert m.coefficients is None
+        assert m.predict(150) == 1.5
+        assert m.predict(200) == 1.5
+        assert m.predict(400) == 3.0
+
+    def test_proportional_rule_all_sizes_equal(self):
+        m = ServiceTimeModel()
+        for t in (1.0, 2.0, 3.0, 6.0):
+            m.update(100, t)  # m_t = 3
+        assert m.mode == "proportional"
+        assert m.predict(50) == 3.0
+        assert m.predict(200) == 6.0
+
+    def test_proportional_rule_zero_mean_size(self):
+        m = ServiceTimeModel()
+        m.update(0, 1.0)
+        m.update(0, 3.0)
+        assert m.predict(0) == 2.0
+        assert m.predict(10_000) == 2.0  # m_x == 0: flat
+
+    def test_ols(self):
+        m = ServiceTimeModel()
+        for x, t in ((100, 1.5), (200, 2.5), (300, 3.5)):
+            m.update(x, t)
+        assert m.mode == "ols"
+        a, b = m.coefficients
+        assert a == pytest.approx(0.5, abs=1e-12)
+        assert b == pytest.approx(0.01, abs=1e-15)
+        assert m.predict(400) == pytest.approx(4.5, abs=1e-12)
+        assert m.predict(0) == pytest.approx(0.5, abs=1e-12)
+
+    def test_ols_negative_slope_clipped(self):
+        m = ServiceTimeModel()
+        for x, t in ((100, 3.0), (200, 2.0), (300, 1.0)):
+            m.update(x, t)
+        a, b = m.coefficients
+        assert b == 0.0
+        assert a == pytest.approx(2.0, abs=1e-12)  # mean(t)
+        assert m.predict(10) == pytest.approx(2.0, abs=1e-12)
+        assert m.predict(10_000) == pytest.approx(2.0, abs=1e-12)
+
+    def test_ols_negative_intercept_refits_through_origin(self):
+        m = ServiceTimeModel()
+        for x, t in ((100, 0.5), (200, 2.0), (300, 3.5)):
+            m.update(x, t)  # OLS: b = 0.015, a = -1.0 -> refit
+        a, b = m.coefficients
+        assert a == 0.0
+        assert b == pytest.approx(1500 / 140000, rel=1e-12)  # sum(xt) / sum(x^2)
+        assert m.predict(400) == pytest.approx(400 * 1500 / 140000, rel=1e-12)
+        assert m.predict(0) == 0.0
+
+    def test_history_window(self):
+        m = ServiceTimeModel(history=3)
+        for x, t in ((100, 100.0), (100, 1.5), (200, 2.5), (300, 3.5)):
+            m.update(x, t)
+        assert m.n == 3  # the outlier (100, 100.0) fell out
+        a, b = m.coefficients
+        assert (a, b) == (pytest.approx(0.5, abs=1e-12), pytest.approx(0.01, abs=1e-15))
+
+    def test_prior_setter_and_validation(self):
+        m = ServiceTimeModel()
+        m.prior_s = 2.0
+        assert m.predict(1) == 2.0
+        with pytest.raises(ConfigError, match="-1"):
+            m.prior_s = -1
+        with pytest.raises(ConfigError, match="history"):
+            ServiceTimeModel(history=0)
+        with pytest.raises(ConfigError, match="prior_s"):
+            ServiceTimeModel(prior_s=-0.5)
+        with pytest.raises(ConfigError, match="seconds"):
+            m.update(10, float("nan"))
+        with pytest.raises(ConfigError, match="nbytes"):
+            m.update(-1, 1.0)
+        assert m.n == 0  # rejected updates left nothing behind
+
+
+# ---------------------------------------------------------------------------
+# nearest-rank quantile / margin
+# ---------------------------------------------------------------------------
+
+
+def test_nearest_rank_quantile():
+    r = [4, -1, 0, 1, 0]  # sorted: -1 0 0 1 4
+    assert nearest_rank_quantile(r, 0.95) == 4  # k = ceil(4.75) = 5
+    assert nearest_rank_quantile(r, 0.8) == 1  # k = 4
+    assert nearest_rank_quantile(r, 0.6) == 0  # k = 3 (0.6*5 is 3.0000000000000004)
+    assert nearest_rank_quantile(r, 0.5) == 0  # k = ceil(2.5) = 3
+    assert nearest_rank_quantile(r, 0.2) == -1  # k = 1
+    assert nearest_rank_quantile([7.0], 0.01) == 7.0
+    # 0.28 * 25 is 7.000000000000001 in binary: still rank 7, not 8
+    assert nearest_rank_quantile(list(range(25)), 0.28) == 6
+    assert nearest_rank_quantile(list(range(25)), 0.29) == 7  # ceil(7.25) = 8
+
+
+def feed_margin_residuals(c: AdmissionController) -> None:
+    """Observations of 0-byte batches: each prediction is the mean of the
+    previous times (m_x == 0), the first is the prior (0).  Times 1,1,1,5,1
+    give residuals 1, 0, 0, 4, -1."""
+    for t in (1.0, 1.0, 1.0, 5.0, 1.0):
+        c.observe(obs(0, t))
+
+
+class TestMargin:
+    def test_no_residuals(self):
+        assert AdmissionController(slide_s=5).margin_s == 0.0
+        assert AdmissionController(slide_s=5, min_margin_s=0.3).margin_s == 0.3
+
+    def test_quantile_of_residuals(self):
+        c = AdmissionController(slide_s=5, prior_processing_s=0.0, interval_margin=False)
+        feed_margin_residuals(c)
+        assert c.margin_s == 4.0  # q = 0.95
+        c.mutate({"quantile": 0.8})
+        assert c.margin_s == 1.0
+        c.mutate({"quantile": 0.6})
+        assert c.margin_s == 0.0
+        c.mutate({"quantile": 0.2})  # quantile -1 -> clipped at 0
+        assert c.margin_s == 0.0
+        c.mutate({"quantile": 0.8, "min_margin_s": 2.0})
+        assert c.margin_s == 2.0
+        c.mutate({"min_margin_s": 0.5})
+        assert c.margin_s == 1.0
+
+    def test_residuals_use_prediction_before_update_and_history(self):
+        # history=2: model and residual windows both hold 2.  Predictions
+        # before each update: 0 (prior), 1, 1, 1, mean(1, 5) = 3.
+        c = AdmissionController(slide_s=5, prior_processing_s=0.0, history=2, quantile=0.5)
+        feed_margin_residuals(c)
+        # residuals kept: [5 - 1, 1 - 3] = [4, -2]; q = 0.5 -> k = 1 -> -2 -> 0
+        assert c.margin_s == 0.0
+        c.mutate({"quantile": 0.95})
+        assert c.margin_s == 4.0
+
+    def test_interval_bound_widens_the_margin_while_errors_are_few(self):
+        c = AdmissionController(slide_s=5, prior_processing_s=0.0)
+        c.observe(obs(0, 1.0))
+        c.observe(obs(0, 1.0))  # residuals 1, 0: too few for a bound -> quantile = 1
+        assert c.margin_s == 1.0
+        for t in (1.0, 5.0, 1.0):
+            c.observe(obs(0, t))  # residuals 1, 0, 0, 4, -1
+        assert c.margin_s == pytest.approx(5.288, abs=1e-3)  # > the quantile, 4
+        c.mutate({"interval_margin": False})
+        assert c.margin_s == 4.0
+        with pytest.raises(ConfigError, match="interval_margin must be True or False, got 1"):
+            c.mutate({"interval_margin": 1})
+
+    def test_margin_enters_the_estimate(self):
+        c = AdmissionController(slide_s=10, prior_processing_s=0.0, interval_margin=False)
+        feed_margin_residuals(c)  # margin 4, model predicts mean = 1.8
+        d = c.decide(3.0, [ds(0.0, nbytes=0)])
+        assert d.margin_s == 4.0
+        assert d.predicted_s == pytest.approx(1.8)
+        assert d.estimate_s == pytest.approx(3.0 + 1.8 + 4.0 + 0.01)
+        assert d.reason == "wait"
+        assert c.decide(4.2, [ds(0.0, nbytes=0)]).reason == "admit"  # 4.2+1.8+4+0.01
+
+
+# ---------------------------------------------------------------------------
+# decide(): exact decisions
+# ---------------------------------------------------------------------------
+
+
+class TestDecide:
+    def test_empty(self):
+        c = AdmissionController(slide_s=5.0)
+        d = c.decide(123.0, [])
+        assert d == Decision(False, "empty", 0, 0, 0, 0.0, 0.0, 0.0, 0.0, 5.0)
+        assert c.last_decision is d
+
+    def test_first_admit_with_default_prior_exact_poll(self):
+        # prior = 0.25 * 5 = 1.25; admit when age + 1.25 + 0.01 >= 5, i.e. age >= 3.74
+        c = AdmissionController(slide_s=5.0)
+        pending = [ds(0.0), ds(1.0), ds(2.0), ds(3.0)]
+        d = c.decide(3.73, pending)
+        assert (d.admit, d.reason) == (False, "wait")
+        assert d.predicted_s == 1.25
+        assert d.estimate_s == pytest.approx(4.99)
+        d = c.decide(3.74, pending)  # exact tie resolves as "reached"
+        assert (d.admit, d.reason) == (True, "admit")
+        assert (d.n_datasets, d.rows, d.nbytes) == (4, 400, 25600)
+        assert d.age_s == 3.74
+        assert d.target_s == 5.0
+
+    def test_exact_tie_counts_as_reached(self):
+        # 1.49 + 0.7 + 0.01 is 2.1999999999999997 in binary; on paper it is
+        # 2.2 = target, so the controller admits (1 ns tolerance).
+        c = AdmissionController(slide_s=2.2, prior_processing_s=0.7)
+        assert c.decide(1.48, [ds(0.0)]).reason == "wait"
+        assert c.decide(1.49, [ds(0.0)]).reason == "admit"
+
+    def test_first_batch_uses_explicit_prior(self):
+        c = AdmissionController(slide_s=5.0, prior_processing_s=0.7)
+        d = c.decide(4.0, [ds(0.0)])
+        assert d.predicted_s == 0.7
+        assert d.reason == "wait"  # 4 + 0.7 + 0.01 < 5
+        assert c.decide(4.29, [ds(0.0)]).reason == "admit"  # 4.29 + 0.7 + 0.01 = 5
+
+    def test_prior_follows_target_until_first_observation(self):
+        c = AdmissionController(slide_s=5.0)
+        assert c.decide(1.0, [ds(0.0)]).predicted_s == 1.25
+        c.set_slide(8.0)
+        assert c.decide(1.0, [ds(0.0)]).predicted_s == 2.0
+        assert c.model.prior_s == 2.0
+        c.observe(obs(6400, 0.3))
+        c.set_slide(4.0)
+        assert c.decide(1.0, [ds(0.0)]).predicted_s == 0.3  # model, not prior
+
+    def test_tumbling_prior_is_quarter_of_initial_target(self):
+        c = AdmissionController(slide_s=0, initial_target_s=2.0)
+        d = c.decide(1.0, [ds(0.0)])
+        assert (d.predicted_s, d.target_s) == (0.5, 2.0)
+        assert d.reason == "wait"  # 1 + 0.5 + 0.01 < 2
+        assert c.decide(1.49, [ds(0.0)]).reason == "admit"  # 1.49 + 0.5 + 0.01 = 2
+
+    def test_overdue(self):
+        c = AdmissionController(slide_s=5.0, prior_processing_s=0.0)
+        d = c.decide(15.0, [ds(12.0), ds(10.0), ds(14.0)])  # order not relied upon
+        assert (d.admit, d.reason) == (True, "overdue")
+        assert d.age_s == 5.0
+        assert d.n_datasets == 3
+
+    def test_one_huge_dataset_admitted_at_once(self):
+        c = AdmissionController(slide_s=5.0)
+        c.observe(obs(1000, 1.0))  # proportional: 1 ms per byte above the mean
+        d = c.decide(100.0, [ds(100.0, rows=10, nbytes=10_000)])
+        assert d.predicted_s == 10.0
+        assert (d.admit, d.reason) == (True, "admit")
+        assert d.age_s == 0.0
+        # the same dataset, once it is already older than the target
+        d = c.decide(106.0, [ds(100.0, rows=10, nbytes=10_000)])
+        assert (d.admit, d.reason) == (True, "overdue")
+
+    def test_huge_prior_admits_first_dataset_at_once(self):
+        c = AdmissionController(slide_s=5.0, prior_processing_s=6.0)
+        d = c.decide(50.0, [ds(50.0)])
+        assert (d.admit, d.reason, d.estimate_s) == (True, "admit", 6.01)
+
+    def test_future_arrival_clamps_age(self):
+        c = AdmissionController(slide_s=5.0, prior_processing_s=1.0)
+        d = c.decide(10.0, [ds(10.5)])
+        assert d.age_s == 0.0
+        assert d.reason == "wait"
+
+    def test_poll_interval_in_estimate(self):
+        c = AdmissionController(slide_s=5.0, prior_processing_s=1.0, poll_interval_s=0.5)
+        assert c.decide(3.4, [ds(0.0)]).reason == "wait"  # 3.4 + 1 + 0.5 = 4.9
+        assert c.decide(3.5, [ds(0.0)]).reason == "admit"  # = 5.0
+
+
+# ---------------------------------------------------------------------------
+# targets
+# ---------------------------------------------------------------------------
+
+
+class TestTarget:
+    def test_sliding_target_is_slide(self):
+        c = AdmissionController(slide_s=7.5)
+        c.observe(obs(100, 0.1, max_latency_s=99.0))
+        assert c.target_s == 7.5
+
+    def test_tumbling_target_is_cumulative_mean(self):
+        c = AdmissionController(slide_s=0, initial_target_s=2.0)
+        assert c.target_s == 2.0
+        assert c.decide(0.5, [ds(0.0)]).target_s == 2.0
+        expected = []
+        for lat in (3.0, 4.0, 6.5, 2.5):
+            c.observe(obs(100, 0.1, max_latency_s=lat))
+            expected.append(c.target_s)
+        assert expected == [3.0, 3.5, 4.5, 4.0]
+        assert c.decide(0.5, [ds(0.0)]).target_s == 4.0
+
+    def test_switching_to_tumbling_uses_all_observed_batches(self):
+        c = AdmissionController(slide_s=5.0)
+        c.observe(obs(100, 0.1, max_latency_s=4.0))
+        c.observe(obs(100, 0.1, max_latency_s=5.0))
+        c.set_slide(0)
+        assert c.target_s == 4.5
+
+
+# ---------------------------------------------------------------------------
+# live mutation
+# ---------------------------------------------------------------------------
+
+
+class TestMutate:
+    def test_set_slide_changes_the_very_next_decision(self):
+        c = AdmissionController(slide_s=10.0)
+        pending = [ds(0.0)]
+        d = c.decide(4.0, pending)  # 4 + 2.5 + 0.01 < 10
+        assert (d.reason, d.target_s) == ("wait", 10.0)
+        c.set_slide(5.0)
+        d = c.decide(4.0, pending)  # 4 + 1.25 + 0.01 >= 5
+        assert (d.reason, d.target_s, d.predicted_s) == ("admit", 5.0, 1.25)
+
+    def test_pop_changes_reports_once(self):
+        c = AdmissionController(slide_s=10.0)
+        assert c.pop_changes() == []
+        c.set_slide(5.0)
+        popped = c.pop_changes()
+        assert len(popped) == 1
+        ch = popped[0]
+        assert isinstance(ch, ParamChange)
+        assert ch.seq == 1
+        assert ch.changes == {"slide_s": (10.0, 5.0)}
+        assert ch.wall_time > 0
+        assert c.pop_changes() == []
+        c.mutate({"quantile": 0.9, "min_margin_s": 0.25, "slide_s": 5.0})  # slide unchanged
+        c.mutate({"poll_interval_s": 0.02})
+        popped = c.pop_changes()
+        assert [p.seq for p in popped] == [2, 3]
+        assert popped[0].changes == {"quantile": (0.95, 0.9), "min_margin_s": (0.0, 0.25)}
+        assert popped[1].changes == {"poll_interval_s": (0.01, 0.02)}
+        assert c.pop_changes() == []
+        assert [p.seq for p in c.changes] == [1, 2, 3]
+        json.dumps([p.to_dict() for p in c.changes])
+
+    def test_no_op_mutate_records_nothing(self):
+        c = AdmissionController(slide_s=5.0)
+        c.mutate({"slide_s": 5})
+        c.mutate({})
+        assert c.changes == []
+
+    def test_mutate_every_param(self):
+        c = AdmissionController(slide_s=5.0)
+        new = {
+            "slide_s": 0.0,
+            "quantile": 0.5,
+            "poll_interval_s": 0.0,
+            "initial_target_s": 3.0,
+            "prior_processing_s": 0.2,
+            "min_margin_s": 0.1,
+        }
+        c.mutate(new)
+        p = c.params()
+        assert {k: p[k] for k in new} == new
+        d = c.decide(2.0, [ds(0.0)])
+        assert (d.target_s, d.predicted_s, d.margin_s) == (3.0, 0.2, 0.1)
+        assert d.estimate_s == pytest.approx(2.3)
+        c.mutate({"prior_processing_s": None})
+        assert c.decide(2.0, [ds(0.0)]).predicted_s == 0.75
+
+    def test_failed_mutate_applies_nothing(self):
+        c = AdmissionController(slide_s=5.0)
+        before = c.params()
+        with pytest.raises(ConfigError, match="quantile.*2.0"):
+            c.mutate({"slide_s": 2.0, "quantile": 2.0})
+        with pytest.raises(ConfigError):
+            c.mutate({"slide_s": 2.0, "history": 5})
+        assert c.params() == before
+        assert c.changes == [] and c.pop_changes() == []
+        assert c.decide(4.0, [ds(0.0)]).target_s == 5.0
+
+    def test_unknown_key_lists_allowed(self):
+        c = AdmissionController(slide_s=5.0)
+        with pytest.raises(ConfigError) as ei:
+            c.mutate({"slide": 2.0})
+        msg = str(ei.value)
+        assert "'slide'" in msg
+        for k in AdmissionController.MUTABLE:
+            assert k in msg
+        with pytest.raises(ValueError):
+            c.mutate([("slide_s", 1.0)])
+
+
+# ---------------------------------------------------------------------------
+# validation
+# ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "key, value, fragment",
+    [
+        ("slide_s", -1, "got -1"),
+        ("slide_s", -0.5, "got -0.5"),
+        ("slide_s", float("nan"), "got nan"),
+        ("slide_s", float("inf"), "got inf"),
+        ("slide_s", "5", "'5'"),
+        ("slide_s", True, "True"),
+        ("quantile", 0, "got 0"),
+        ("quantile", 1, "got 1"),
+        ("quantile", 1.5, "got 1.5"),
+        ("poll_interval_s", -0.01, "got -0.01"),
+        ("initial_target_s", 0, "got 0"),
+        ("initial_target_s", -2.0, "got -2.0"),
+        ("prior_processing_s", -1.0, "got -1.0"),
+        ("min_margin_s", -0.5, "got -0.5"),
+        ("min_margin_s", float("nan"), "got nan"),
+    ],
+)
+def test_invalid_values(key, value, fragment):
+    kwargs = {"slide_s": 5.0, key: value}
+    with pytest.raises(ConfigError) as ei:
+        AdmissionController(**kwargs)
+    assert isinstance(ei.value, ValueError)
+    assert key in str(ei.value) and fragment in str(ei.value)
+    c = AdmissionController(slide_s=5.0)
+    with pytest.raises(ValueError) as ei:
+        c.mutate({key: value})
+    assert key in str(ei.value) and fragment in str(ei.value)
+
+
+def test_slide_message_exact():
+    with pytest.raises(ConfigError) as ei:
+        AdmissionController(slide_s=-1)
+    assert str(ei.value) == "slide_s must be >= 0 (0 = tumbling window), got -1"
+    with pytest.raises(ValueError, match="got -1"):
+        AdmissionController(slide_s=5).set_slide(-1)
+
+
+@pytest.mark.parametrize("history", [0, -3, 1.5, "10", True])
+def test_invalid_history(history):
+    with pytest.raises(ConfigError, match="history"):
+        AdmissionController(slide_s=5.0, history=history)
+
+
+def test_invalid_observation():
+    c = AdmissionController(slide_s=5.0)
+    with pytest.raises(ConfigError, match="processing_s"):
+        c.observe(obs(100, -1.0))
+    with pytest.raises(ConfigError, match="max_latency_s"):
+        c.observe(obs(100, 1.0, max_latency_s=float("inf")))
+    assert c.n_observed == 0 and c.model.n == 0
+
+
+# ---------------------------------------------------------------------------
+# introspection, aliases, threads
+# ---------------------------------------------------------------------------
+
+
+def test_params_and_snapshot_json():
+    c = AdmissionController(slide_s=5, history=10, prior_processing_s=0.5)
+    assert c.params() == {
+        "slide_s": 5.0,
+        "poll_interval_s": 0.01,
+        "quantile": 0.95,
+        "history": 10,
+        "initial_target_s": 1.0,
+        "prior_processing_s": 0.5,
+        "min_margin_s": 0.0,
+        "interval_margin": True,
+    }
+    for x, t in ((100, 1.5), (200, 2.5), (300, 3.5)):
+        c.update(obs(x, t))  # update is observe
+    s = c.snapshot()
+    assert json.loads(json.dumps(s)) == s
+    assert s["n_observed"] == 3 == c.n_observed
+    assert s["target_s"] == 5.0
+    assert s["coefficients"] == [pytest.approx(0.5), pytest.approx(0.01)]
+    assert s["model_mode"] == "ols"
+    assert "AdmissionController(slide_s=5.0" in repr(c)
+
+
+def test_concurrent_decide_observe_mutate():
+    c = AdmissionController(slide_s=5.0)
+    pending = [ds(float(i), nbytes=1000 + i) for i in range(100)]
+    errors: list[BaseException] = []
+
+    def run(fn):
+        try:
+            for i in range(300):
+                fn(i)
+        except BaseException as e:  # pragma: no cover - reported below
+            errors.append(e)
+
+    threads = [
+        threading.Thread(target=run, args=(lambda i: c.decide(100.0, pending),)),
+        threading.Thread(target=run, args=(lambda i: c.observe(obs(1000 + i, 0.1 + i * 1e-4)),)),
+        threading.Thread(target=run, args=(lambda i: c.set_slide(4.0 + (i % 3)),)),
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    assert c.n_observed == 300
+    assert c.model.n == 100
+    assert math.isfinite(c.margin_s)
