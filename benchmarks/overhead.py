@@ -12,7 +12,9 @@ Writes ``overhead-<host>-<date>.json`` and prints a table.  What it measures:
    share of the batch's processing time, and all decisions made while the batch
    was buffering (every poll) as a share of the run's wall time;
 4. Spark's floor: the processing time of near-empty batches (PASSTHROUGH, asap,
-   noop output), i.e. what a micro-batch costs on this machine regardless of data.
+   noop output), i.e. what a micro-batch over the lmstream source costs on this
+   machine regardless of data, and the same for Spark alone (the built-in
+   ``rate`` source into a noop foreachBatch).
 """
 
 from __future__ import annotations
@@ -152,6 +154,31 @@ def bench_floor(seconds: float, run_root: Path) -> dict:
     return out
 
 
+def bench_builtin_floor(spark, seconds: float) -> dict:
+    """Spark alone: the built-in rate source into a foreachBatch noop, 1 s trigger."""
+    import shutil
+
+    progress = []
+    chk = Path(tempfile.mkdtemp(prefix="lmstream-floor-chk-"))
+    q = (
+        spark.readStream.format("rate").option("rowsPerSecond", 10).load()
+        .writeStream.foreachBatch(lambda df, i: df.write.format("noop").mode("overwrite").save())
+        .option("checkpointLocation", str(chk)).trigger(processingTime="1 second").start()
+    )
+    deadline = time.time() + seconds
+    while time.time() < deadline:
+        time.sleep(0.5)
+    progress = [p for p in q.recentProgress if p.numInputRows > 0][3:]
+    q.stop()
+    shutil.rmtree(chk, ignore_errors=True)
+    def med(key):
+        vals = [p.durationMs.get(key) for p in progress if p.durationMs.get(key) is not None]
+        return statistics.median(vals) if vals else None
+    return {"batches": len(progress), "triggerExecution_ms_median": med("triggerExecution"),
+            "addBatch_ms_median": med("addBatch"), "walCommit_ms_median": med("walCommit"),
+            "commitOffsets_ms_median": med("commitOffsets")}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seconds", type=float, default=60, help="wall seconds of each stream")
@@ -173,6 +200,12 @@ def main() -> None:
     print(json.dumps(result["stream"]), flush=True)
     result["spark_floor"] = bench_floor(min(args.seconds, 30), root)
     print(json.dumps(result["spark_floor"]), flush=True)
+    from lmstream_kit.engine.session import build_session
+
+    spark = build_session()
+    result["spark_builtin_floor"] = bench_builtin_floor(spark, min(args.seconds, 30))
+    spark.stop()
+    print(json.dumps(result["spark_builtin_floor"]), flush=True)
     args.out.mkdir(parents=True, exist_ok=True)
     path = args.out / f"overhead-{platform.node()}-{time.strftime('%Y%m%d-%H%M%S')}.json"
     path.write_text(json.dumps(result, indent=2) + "\n")

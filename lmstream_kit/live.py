@@ -261,7 +261,7 @@ class LiveStream:
         from .engine.channel import ChannelServer
         from .engine.listener import ProgressListener
         from .engine.session import build_session, spark_version
-        from .engine.stream import last_checkpoint_offset, start_query
+        from .engine.stream import checkpoint_offsets, start_query
 
         try:
             self.run_dir.mkdir(parents=True, exist_ok=True)
@@ -270,9 +270,10 @@ class LiveStream:
         previous = read_run_info(self.run_dir)
         self.spool = Spool(self.run_dir / "spool", schema=self.workload.schema)
         checkpoint = self.run_dir / "checkpoint"
-        resume = last_checkpoint_offset(checkpoint)
+        resume, committed = checkpoint_offsets(checkpoint)
         with self._lock:
-            self._admitted_end = self._completed_end = resume or 0
+            self._admitted_end = resume or 0
+            self._completed_end = committed or 0
         self._metrics_writer = JsonlWriter(self.run_dir / METRICS_FILE)
         self._progress_writer = JsonlWriter(self.run_dir / PROGRESS_FILE, durable=False)
 

@@ -110,3 +110,18 @@ def test_arrow_schema_maps_to_spark_ddl_and_back():
     assert s.field("t").type == pa.timestamp("us", tz="UTC")
     with pytest.raises(ConfigError, match="column 'x'"):
         spark_ddl(pa.schema([("x", pa.list_(pa.int8()))]))
+
+
+def test_checkpoint_offsets_reads_planned_and_committed_feed_offsets(tmp_path):
+    from lmstream_kit.engine.stream import checkpoint_offsets
+
+    assert checkpoint_offsets(tmp_path / "none") == (None, None)
+    (tmp_path / "offsets").mkdir()
+    (tmp_path / "commits").mkdir()
+    meta = '{"batchWatermarkMs":0,"batchTimestampMs":0,"conf":{}}'
+    for batch_id, seq in ((0, 0), (1, 12), (2, 30)):
+        (tmp_path / "offsets" / str(batch_id)).write_text(f'v1\n{meta}\n{{"seq":{seq}}}')
+    for batch_id in (0, 1):
+        (tmp_path / "commits" / str(batch_id)).write_text('v1\n{"nextBatchWatermarkMs":0}')
+    # batch 2 was planned (walCommit) but never committed: Spark replays 12..30
+    assert checkpoint_offsets(tmp_path) == (30, 12)

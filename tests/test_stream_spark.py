@@ -122,6 +122,8 @@ def test_restart_from_checkpoint_loses_and_duplicates_nothing(spark, tmp_path):
     assert times == list(range(len(times))), "the generator resumed its simulated clock"
     info = read_run_info(run)
     assert info["restarts"] == 1 and info["resumed_from_seq"] is not None
+    df = load_metrics(run)
+    assert df["rows"].sum() == fed.num_rows, "metrics count every row once, replayed batches included"
 
 
 def test_stop_is_clean(spark, tmp_path, capfd):

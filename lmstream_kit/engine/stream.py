@@ -65,27 +65,48 @@ def write_output(batch_df, output_dir: Optional[Path], batch_id: int) -> int:
     return table.num_rows
 
 
-def last_checkpoint_offset(checkpoint: Path) -> Optional[int]:
-    """The source offset (feed seq) of the newest batch in a checkpoint's offset log.
-
-    Spark replays an uncommitted batch from this log without asking the source,
-    so after a restart the gate continues from here.
-    """
-    offsets = Path(checkpoint) / "offsets"
-    if not offsets.is_dir():
-        return None
-    ids = sorted((int(p.name) for p in offsets.iterdir() if p.name.isdigit()), reverse=True)
-    for batch_id in ids:
+def _batch_offset(offsets: Path, batch_id: int) -> Optional[int]:
+    """The ``lmstream`` offset (feed seq) recorded for ``batch_id`` in the offset log."""
+    try:
         lines = (offsets / str(batch_id)).read_text().splitlines()
-        # line 0: version, line 1: metadata, then one offset per source
-        for line in lines[2:]:
-            try:
-                value = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            if isinstance(value, dict) and "seq" in value:
-                return int(value["seq"])
+    except OSError:
+        return None
+    # line 0: version, line 1: metadata, then one offset per source
+    for line in lines[2:]:
+        try:
+            value = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(value, dict) and "seq" in value:
+            return int(value["seq"])
     return None
+
+
+def _batch_ids(directory: Path) -> list[int]:
+    if not directory.is_dir():
+        return []
+    return sorted((int(p.name) for p in directory.iterdir() if p.name.isdigit()), reverse=True)
+
+
+def checkpoint_offsets(checkpoint: Path) -> tuple[Optional[int], Optional[int]]:
+    """``(planned, committed)`` feed offsets of a checkpoint, None where there are none.
+
+    *planned* is the end of the newest batch in the offset log; *committed* the
+    end of the newest batch in the commit log.  Where they differ, Spark replays
+    the planned batch on restart without asking the source, so the gate goes on
+    from *planned*, and the replayed batch covers ``committed..planned``.
+    """
+    checkpoint = Path(checkpoint)
+    planned = committed = None
+    for batch_id in _batch_ids(checkpoint / "offsets"):
+        planned = _batch_offset(checkpoint / "offsets", batch_id)
+        if planned is not None:
+            break
+    for batch_id in _batch_ids(checkpoint / "commits"):
+        committed = _batch_offset(checkpoint / "offsets", batch_id)
+        if committed is not None:
+            break
+    return planned, committed
 
 
 def stop_query(query, *, is_idle: Callable[[], bool], timeout_s: float = 60.0) -> None:
