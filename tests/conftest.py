@@ -20,7 +20,7 @@ def spark():
         app_name="lmstream_kit-tests",
         conf={
             # faster JVM start for short tests (benchmarks keep the default JIT)
-            "spark.driver.extraJavaOptions": "-Xss16m -XX:+UseSerialGC -XX:TieredStopAtLevel=1",
+            "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1",
         },
     )
     yield session

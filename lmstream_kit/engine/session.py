@@ -34,10 +34,14 @@ DEFAULT_CONF: dict[str, str] = {
     # Every batch is admitted by the gate; extra no-data batches would blur the
     # one-admission-one-batch accounting (state still expires with the next batch).
     "spark.sql.streaming.noDataMicroBatches.enabled": "false",
-    # Spark's interruption check can overflow a 1 MB stack on stop (KNOWHOW).
-    "spark.driver.extraJavaOptions": "-Xss16m -XX:+UseSerialGC",
     "spark.executor.extraJavaOptions": "-Xss16m",
 }
+
+#: JVM options of the driver, always added in front of the caller's
+#: ``spark.driver.extraJavaOptions``: Spark's interruption check can overflow a
+#: 1 MB thread stack on stop, and the log configuration keeps start-up quiet.
+DRIVER_JAVA_OPTIONS = ("-Xss16m", "-XX:+UseSerialGC")
+LOG4J_CONFIG = Path(__file__).with_name("log4j2.properties")
 
 def find_java() -> str:
     """Path of the ``java`` executable Spark will use, or raise JavaNotFoundError."""
@@ -81,7 +85,8 @@ def build_session(
     master : str
         ``local[N]`` for embedded Spark or ``spark://host:port`` for a standalone cluster.
     conf : mapping, optional
-        Extra Spark confs; they override :data:`DEFAULT_CONF`.
+        Extra Spark confs; they override :data:`DEFAULT_CONF`, except that
+        ``spark.driver.extraJavaOptions`` is appended to :data:`DRIVER_JAVA_OPTIONS`.
     """
     find_java()
     prepare_environment()
@@ -89,6 +94,13 @@ def build_session(
 
     settings = dict(DEFAULT_CONF)
     settings.update(conf or {})
+    java_options = list(DRIVER_JAVA_OPTIONS)
+    if LOG4J_CONFIG.exists():
+        java_options.append(f"-Dlog4j2.configurationFile=file:{LOG4J_CONFIG}")
+    extra = settings.get("spark.driver.extraJavaOptions")
+    if extra:
+        java_options.append(extra)
+    settings["spark.driver.extraJavaOptions"] = " ".join(java_options)
     builder = SparkSession.builder.master(master).appName(app_name)
     for key, value in settings.items():
         builder = builder.config(key, value)
