@@ -476,6 +476,9 @@ class AdmissionController:
         ``0.25 * target`` (following the target while nothing is observed).
     min_margin_s : float, default 0.0
         Lower bound of the safety margin (>= 0).
+    warmup : int, default 0
+        Number of first observations to ignore (a cold JVM's first batch can
+        take several times longer than the next ones).  Not live-mutable.
     interval_margin : bool, default True
         Also take the normal prediction bound of the residuals (see
         :func:`prediction_bound`) into the margin.  The empirical quantile alone
@@ -492,7 +495,8 @@ class AdmissionController:
       nearest-rank ``quantile`` of the residuals ``processing_s - prediction``
       of the last ``history`` batches, each prediction taken just *before* that
       batch was added to the model (an honest out-of-sample error), and ``B``
-      their normal prediction bound at ``quantile`` (with ``interval_margin``).
+      their normal prediction bound at ``quantile`` (with ``interval_margin``;
+      with fewer than 3 residuals ``B`` is their largest absolute value).
     * ``decide``, ``observe`` and ``mutate`` may be called from different
       threads.  One lock guards the state; ``decide`` aggregates ``pending``
       outside it and holds it only for O(1) work.  Changes made by ``mutate``
@@ -506,8 +510,8 @@ class AdmissionController:
     >>> c.decide(3.73, p).reason, c.decide(3.74, p).reason
     ('wait', 'admit')
     >>> c.observe(BatchObservation(rows=100, nbytes=6400, processing_s=1.0, max_latency_s=4.74))
-    >>> c.margin_s, c.model.predict(6400)           # residual -0.25 -> margin 0
-    (0.0, 1.0)
+    >>> c.margin_s, c.model.predict(6400)   # one residual, -0.25: its size until 3 are known
+    (0.25, 1.0)
     >>> c.set_slide(2.0)
     >>> [ch.changes for ch in c.pop_changes()]
     [{'slide_s': (5.0, 2.0)}]
@@ -536,9 +540,15 @@ class AdmissionController:
         prior_processing_s: float | None = None,
         min_margin_s: float = 0.0,
         interval_margin: bool = True,
+        warmup: int = 0,
     ) -> None:
         self._lock = threading.Lock()
         self._history = _check_history(history)
+        if isinstance(warmup, bool) or not isinstance(warmup, numbers.Integral) or warmup < 0:
+            raise ConfigError(f"warmup must be an integer >= 0, got {warmup!r}")
+        self._warmup = int(warmup)
+        self._warmup_left = self._warmup
+        self._n_warmup = 0
         values = {
             "slide_s": slide_s,
             "poll_interval_s": poll_interval_s,
@@ -590,7 +600,11 @@ class AdmissionController:
         margin = nearest_rank_quantile(r, q)
         if self._p["interval_margin"]:
             bound = prediction_bound(r, q)
-            if bound is not None and bound > margin:
+            if bound is None:
+                # too few errors for a bound: an over-prediction so far says
+                # little about the next error's sign, so take its size
+                bound = max(abs(x) for x in r)
+            if bound > margin:
                 margin = bound
         self._raw_margin = margin
 
@@ -658,7 +672,9 @@ class AdmissionController:
         """Learn from a completed micro-batch.
 
         Records the residual against the model's prediction *before* adding
-        the batch, updates the model, the margin and the tumbling target.
+        the batch, updates the model, the margin and the tumbling target.  The
+        first ``warmup`` observations are counted (``n_warmup``) and otherwise
+        ignored.
 
         Raises
         ------
@@ -679,6 +695,13 @@ class AdmissionController:
         proc = _nonneg("processing_s")(obs.processing_s)
         lat = _nonneg("max_latency_s")(obs.max_latency_s)
         with self._lock:
+            if self._warmup_left > 0:
+                # a cold engine's first batches (JIT, class loading) say nothing
+                # about later ones; learning from them would inflate the margin
+                # for the next `history` batches
+                self._warmup_left -= 1
+                self._n_warmup += 1
+                return
             self._residuals.append(proc - self._model.predict(nbytes))
             self._model.update(nbytes, proc)
             self._lat_sum += lat
@@ -773,6 +796,11 @@ class AdmissionController:
         return self._model
 
     @property
+    def n_warmup(self) -> int:
+        """Observations ignored as warm-up so far."""
+        return self._n_warmup
+
+    @property
     def n_observed(self) -> int:
         """Number of batches observed so far."""
         return self._n_observed
@@ -821,6 +849,7 @@ class AdmissionController:
         with self._lock:
             out = dict(self._p)
         out["history"] = self._history
+        out["warmup"] = self._warmup
         return out
 
     def snapshot(self) -> dict:
@@ -845,6 +874,7 @@ class AdmissionController:
             out["model_n"] = self._model.n
             out["prior_s"] = self._model.prior_s
             out["n_observed"] = self._n_observed
+            out["n_warmup"] = self._n_warmup
             out["n_changes"] = len(self._changes)
         return out
 

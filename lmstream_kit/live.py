@@ -105,7 +105,8 @@ class LiveStream:
     slide_s : float, optional
         Override the workload's slide (simulated seconds; 0 = tumbling target).
     controller : dict, optional
-        Extra keyword parameters of the AdmissionController.
+        Extra keyword parameters of the AdmissionController (default
+        ``warmup=1``: it does not learn from the first data batch).
     output : {"parquet", "noop"}
         Write each batch's result to ``run_dir/output`` or drop it.
 
@@ -171,8 +172,11 @@ class LiveStream:
         self.run_dir = Path(run_dir)
         self.name = name or f"{self.workload.name}-{self.policy.name}-{uuid.uuid4().hex[:6]}"
 
+        # Spark's first data batch runs on a cold JVM (several times slower than
+        # the next ones); by default the controller does not learn from it.
+        controller_params = {"warmup": 1, **(controller or {})}
         self.gate = self.policy.make_gate(
-            slide_s=self.slide_s / self.speedup, controller_params=controller
+            slide_s=self.slide_s / self.speedup, controller_params=controller_params
         )
         self._external_spark = spark
         self.spark = spark

@@ -179,18 +179,29 @@ class TestMargin:
     def test_residuals_use_prediction_before_update_and_history(self):
         # history=2: model and residual windows both hold 2.  Predictions
         # before each update: 0 (prior), 1, 1, 1, mean(1, 5) = 3.
-        c = AdmissionController(slide_s=5, prior_processing_s=0.0, history=2, quantile=0.5)
+        c = AdmissionController(
+            slide_s=5, prior_processing_s=0.0, history=2, quantile=0.5, interval_margin=False
+        )
         feed_margin_residuals(c)
         # residuals kept: [5 - 1, 1 - 3] = [4, -2]; q = 0.5 -> k = 1 -> -2 -> 0
         assert c.margin_s == 0.0
         c.mutate({"quantile": 0.95})
         assert c.margin_s == 4.0
+        # with the bound, 2 residuals are too few for it: their largest size counts
+        c.mutate({"quantile": 0.5, "interval_margin": True})
+        assert c.margin_s == 4.0
 
     def test_interval_bound_widens_the_margin_while_errors_are_few(self):
         c = AdmissionController(slide_s=5, prior_processing_s=0.0)
+        c.observe(obs(0, 0.0))
+        c.observe(obs(0, 3.0))  # residuals 0, 3: too few for a bound -> the largest size
+        assert c.margin_s == 3.0
+        c = AdmissionController(slide_s=5, prior_processing_s=2.0)
+        c.observe(obs(0, 0.5))  # over-predicted by 1.5: the margin is 1.5, not 0
+        assert c.margin_s == 1.5
+        c = AdmissionController(slide_s=5, prior_processing_s=0.0)
         c.observe(obs(0, 1.0))
-        c.observe(obs(0, 1.0))  # residuals 1, 0: too few for a bound -> quantile = 1
-        assert c.margin_s == 1.0
+        c.observe(obs(0, 1.0))
         for t in (1.0, 5.0, 1.0):
             c.observe(obs(0, t))  # residuals 1, 0, 0, 4, -1
         assert c.margin_s == pytest.approx(5.288, abs=1e-3)  # > the quantile, 4
@@ -493,6 +504,7 @@ def test_params_and_snapshot_json():
         "prior_processing_s": 0.5,
         "min_margin_s": 0.0,
         "interval_margin": True,
+        "warmup": 0,
     }
     for x, t in ((100, 1.5), (200, 2.5), (300, 3.5)):
         c.update(obs(x, t))  # update is observe
@@ -530,3 +542,21 @@ def test_concurrent_decide_observe_mutate():
     assert c.n_observed == 300
     assert c.model.n == 100
     assert math.isfinite(c.margin_s)
+
+
+def test_warmup_observations_are_counted_but_not_learned():
+    c = AdmissionController(slide_s=0, initial_target_s=2.0, prior_processing_s=0.5, warmup=1)
+    c.observe(obs(1000, 9.0, max_latency_s=20.0))  # a cold JVM's first batch
+    assert (c.n_warmup, c.n_observed, c.model.n) == (1, 0, 0)
+    assert c.target_s == 2.0 and c.margin_s == 0.0
+    assert c.model.predict(1000) == 0.5  # still the prior
+    c.observe(obs(1000, 1.0, max_latency_s=3.0))
+    assert (c.n_warmup, c.n_observed, c.model.n) == (1, 1, 1)
+    assert c.target_s == 3.0 and c.margin_s == 0.5  # residual 1.0 - 0.5
+    assert c.snapshot()["n_warmup"] == 1 and c.params()["warmup"] == 1
+
+
+@pytest.mark.parametrize("bad", [-1, 1.5, True, "2"])
+def test_warmup_must_be_a_non_negative_integer(bad):
+    with pytest.raises(ConfigError, match=f"warmup must be an integer >= 0, got {bad!r}"):
+        AdmissionController(slide_s=1, warmup=bad)
