@@ -74,9 +74,10 @@ def cli() -> None:
 @click.option("--seed", default=0, show_default=True, type=int, help="Seed of the traffic and the data.")
 @click.option("--out", "out", default=None, type=click.Path(path_type=Path), help="Run directory [default: runs/WORKLOAD-POLICY-TIME].")
 @click.option("--input", "input_dir", default=None, type=click.Path(path_type=Path), help="Read rows from CSV/JSON/Parquet files landing in this directory.")
+@click.option("--spool", default=None, help="Spool location (path or pyarrow URI, e.g. file:///shared/spool) [default: RUN/spool].")
 @click.option("--master", default="local[2]", show_default=True, help="Spark master: local[N] or spark://host:port.")
 @click.option("--output", default="parquet", show_default=True, type=click.Choice(["parquet", "noop"]), help="Write query results to RUN/output, or drop them.")
-def run(workload, traffic, rate, spread, policy, trigger_s, slide_s, duration, speedup, seed, out, input_dir, master, output):
+def run(workload, traffic, rate, spread, policy, trigger_s, slide_s, duration, speedup, seed, out, input_dir, spool, master, output):
     """Run a stream under an admission policy and record its metrics.
 
     Shows a live progress line (batches, rows, current maximum latency) and a
@@ -101,6 +102,7 @@ def run(workload, traffic, rate, spread, policy, trigger_s, slide_s, duration, s
         duration_s=None if input_dir is not None else duration,
         run_dir=out,
         input_dir=input_dir,
+        spool=spool,
         master=master,
         trigger_s=trigger_s,
         slide_s=slide_s,

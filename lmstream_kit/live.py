@@ -96,6 +96,10 @@ class LiveStream:
         Where the spool, checkpoint, output and metrics go (a temp dir if None).
     input_dir : path, optional
         Read rows from files landing in this directory instead of generating them.
+    spool : str or path, optional
+        Where the input datasets are kept: a path or a pyarrow filesystem URI
+        (``file:///shared/spool``, ``hdfs://...``) that a cluster's executors
+        can read.  Default: ``run_dir/spool``.
     master : str
         ``local[N]`` or ``spark://host:port``.
     spark : SparkSession, optional
@@ -130,6 +134,7 @@ class LiveStream:
         duration_s: Optional[float] = None,
         run_dir: Optional[Union[str, Path]] = None,
         input_dir: Optional[Union[str, Path]] = None,
+        spool: Optional[Union[str, Path]] = None,
         master: str = "local[2]",
         spark=None,
         trigger_s: Optional[float] = None,
@@ -170,6 +175,7 @@ class LiveStream:
 
             run_dir = tempfile.mkdtemp(prefix="lmstream-run-")
         self.run_dir = Path(run_dir)
+        self.spool_location = str(spool) if spool is not None else str(self.run_dir / "spool")
         self.name = name or f"{self.workload.name}-{self.policy.name}-{uuid.uuid4().hex[:6]}"
 
         # Spark's first data batch runs on a cold JVM (several times slower than
@@ -272,7 +278,7 @@ class LiveStream:
         except OSError as exc:
             raise ConfigError(f"cannot create run directory {self.run_dir}: {exc.strerror}") from None
         previous = read_run_info(self.run_dir)
-        self.spool = Spool(self.run_dir / "spool", schema=self.workload.schema)
+        self.spool = Spool(self.spool_location, schema=self.workload.schema)
         checkpoint = self.run_dir / "checkpoint"
         resume, committed = checkpoint_offsets(checkpoint)
         with self._lock:
@@ -372,6 +378,7 @@ class LiveStream:
             "trigger_s": self.policy.trigger_s,
             "traffic": self.traffic_spec if self.input_dir is None else "input-dir",
             "input_dir": str(self.input_dir) if self.input_dir else None,
+            "spool": self.spool.uri,
             "rate": self.rate,
             "spread": getattr(self.traffic, "std", None),
             "speedup": self.speedup,

@@ -17,8 +17,14 @@ make_venv() {
   want=$(cat pyproject.toml "$constraints" | sha1sum | cut -c1-12)-$extras
   if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
     echo "installing lmstream_kit[$extras] into $dir (about a minute the first time) ..."
-    "$dir/bin/python" -m pip install --quiet --upgrade pip
-    "$dir/bin/python" -m pip install --quiet --progress-bar on -c "$constraints" -e ".[$extras]"
+    local log="$dir/install.log"
+    # pip's and setuptools' chatter goes to a log; it is shown only if the install fails
+    if ! { "$dir/bin/python" -m pip install --upgrade pip &&
+           "$dir/bin/python" -m pip install -c "$constraints" -e ".[$extras]"; } >"$log" 2>&1; then
+      tail -n 40 "$log" >&2
+      echo "error: installing lmstream_kit failed; the full log is $log" >&2
+      exit 1
+    fi
     echo "$want" > "$stamp"
   fi
 }

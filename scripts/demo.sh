@@ -7,4 +7,4 @@ cd "$(dirname "$0")/.."
 source scripts/_venv.sh
 make_venv .venv constraints/default.txt dev
 exec .venv/bin/lmstream-kit run --workload LR2S --traffic random --rate 1000 \
-  --duration 240 --speedup 4 --out "runs/demo-$(date +%Y%m%d-%H%M%S)" "$@"
+  --duration 150 --speedup 2.5 --out "runs/demo-$(date +%Y%m%d-%H%M%S)" "$@"

@@ -69,11 +69,20 @@ def test_java_missing_is_a_user_error(tmp_path):
     assert_user_error(kit("run", "--out", str(tmp_path / "r"), env=env), "Java not found")
 
 
-def test_unwritable_spool_location_is_a_user_error(tmp_path):
+def test_unwritable_run_directory_is_a_user_error(tmp_path):
     blocker = tmp_path / "a-file"
     blocker.write_text("not a directory")
     # as root, permissions don't stop writes; a path under a regular file always fails
     assert_user_error(kit("run", "--out", str(blocker / "run")), str(blocker / "run"))
+
+
+@pytest.mark.parametrize("uri", [False, True])
+def test_unwritable_spool_location_is_a_user_error(tmp_path, uri):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory")
+    spool = f"file://{blocker}/spool" if uri else str(blocker / "spool")
+    proc = kit("run", "--out", str(tmp_path / "run"), "--spool", spool)
+    assert_user_error(proc, "spool", str(blocker / "spool"))
 
 
 def test_compare_of_a_non_run_directory_is_a_user_error(tmp_path):
@@ -107,7 +116,9 @@ def test_workloads_lists_lr2s():
 @pytest.mark.spark
 def test_run_writes_metrics_and_prints_a_summary(tmp_path):
     out = tmp_path / "demo"
-    proc = kit("run", "--duration", "40", "--speedup", "8", "--rate", "500", "--out", str(out))
+    shared = tmp_path / "shared" / "spool"  # a pyarrow filesystem URI, as a cluster would use
+    proc = kit("run", "--duration", "40", "--speedup", "8", "--rate", "500", "--out", str(out),
+               "--spool", f"file://{shared}")
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "summary" in proc.stdout and "rows processed" in proc.stdout
     info = json.loads((out / "run.json").read_text())
@@ -115,4 +126,6 @@ def test_run_writes_metrics_and_prints_a_summary(tmp_path):
     assert info["spark_version"] and info["master"] == "local[2]" and info["seed"] == 0
     records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert sum(r["rows"] for r in records) == info["feed_rows"] == info["total_rows"]
+    assert info["spool"] == f"file://{shared}" and (shared / "index.jsonl").exists()
+    assert not (out / "spool").exists()
     assert "Traceback" not in proc.stderr

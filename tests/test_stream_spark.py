@@ -160,3 +160,21 @@ def test_live_slide_change_applies_at_the_next_admission(spark, tmp_path):
     assert (df[df["batch_id"] < cid]["target_s"].dropna() == 2.5).all()
     change = changed["changes"].iloc[0]
     assert json.dumps(change).count("slide_s") == 1
+
+
+def test_tumbling_target_is_the_running_mean_of_past_max_latencies(spark, tmp_path):
+    run = tmp_path / "tumbling"
+    s = LiveStream("LR2S", policy="lmstream", traffic="constant", rate=1000, speedup=4, slide_s=0,
+                   controller={"initial_target_s": 2.0}, run_dir=run, spark=spark).start()
+    try:
+        s.wait(batches=6, timeout=120)
+    finally:
+        s.stop(drain=False)
+    data = [r for r in load_metrics(run).to_dict("records") if r["rows"] > 0]
+    assert s.controller.n_warmup == 1
+    learned = []  # the first data batch is the warm-up: not learned
+    for i, r in enumerate(data):
+        expected = sum(learned) / len(learned) if learned else 2.0
+        assert r["target_s"] == pytest.approx(expected, abs=1e-9), (i, r["target_s"], expected)
+        if i >= 1:
+            learned.append(r["max_latency_s"])
