@@ -54,6 +54,7 @@ class _Admission:
     end: int
     admitted_at: float
     decision: Optional[Decision]
+    reason: str = ""  # the decision's reason, or "drain" / "replay" without one
     polls: int = 0
     decision_s: float = 0.0
     changes: list = field(default_factory=list)
@@ -437,6 +438,7 @@ class LiveStream:
                 end=end,
                 admitted_at=now,
                 decision=decision,
+                reason=decision.reason if decision is not None else "drain",
                 polls=self._polls,
                 decision_s=self._decision_s,
                 changes=changes,
@@ -450,7 +452,7 @@ class LiveStream:
             self._planned.append((start, end))
             if end not in self._admissions and end > start:
                 # a batch replayed from the offset log after a restart
-                self._admissions[end] = _Admission(start, end, time.time(), None)
+                self._admissions[end] = _Admission(start, end, time.time(), None, reason="replay")
             self._admitted_end = max(self._admitted_end, end)
 
     def on_commit(self, end: int) -> None:
@@ -491,7 +493,7 @@ class LiveStream:
             "output_rows": out_rows,
             "decision_s": admission.decision_s if admission else 0.0,
             "polls": admission.polls if admission else 0,
-            "decision_reason": decision.reason if decision else ("drain" if admission else None),
+            "decision_reason": admission.reason if admission else None,
             "target_s": decision.target_s if decision else self.target_s,
             "predicted_s": decision.predicted_s if decision else None,
             "margin_s": decision.margin_s if decision else None,
