@@ -68,7 +68,8 @@ def cli() -> None:
 @click.option("--spread", default=None, type=float, help="Std. dev. of random traffic [default: 25% of rate].")
 @click.option("--policy", default="lmstream", show_default=True, help="lmstream | fixed | asap.")
 @click.option("--trigger", "trigger_s", default=None, type=float, help="Interval of the fixed policy, s [default: 10].")
-@click.option("--slide", "slide_s", default=None, type=float, help="Override the window slide (latency bound), simulated s.")
+@click.option("--slide", "slide_s", default=None, type=float, help="Override the window slide (the latency bound), simulated s, > 0.")
+@click.option("--tumbling", is_flag=True, help="Tumbling-window target: the running mean of past batches' max latency.")
 @click.option("--duration", default=60.0, show_default=True, type=float, help="Simulated seconds of traffic (with --input: seconds to watch the directory).")
 @click.option("--speedup", default=1.0, show_default=True, type=float, help="Simulated seconds per wall second.")
 @click.option("--seed", default=0, show_default=True, type=int, help="Seed of the traffic and the data.")
@@ -77,7 +78,7 @@ def cli() -> None:
 @click.option("--spool", default=None, help="Spool location (path or pyarrow URI, e.g. file:///shared/spool) [default: RUN/spool].")
 @click.option("--master", default="local[2]", show_default=True, help="Spark master: local[N] or spark://host:port.")
 @click.option("--output", default="parquet", show_default=True, type=click.Choice(["parquet", "noop"]), help="Write query results to RUN/output, or drop them.")
-def run(workload, traffic, rate, spread, policy, trigger_s, slide_s, duration, speedup, seed, out, input_dir, spool, master, output):
+def run(workload, traffic, rate, spread, policy, trigger_s, slide_s, tumbling, duration, speedup, seed, out, input_dir, spool, master, output):
     """Run a stream under an admission policy and record its metrics.
 
     Shows a live progress line (batches, rows, current maximum latency) and a
@@ -89,6 +90,12 @@ def run(workload, traffic, rate, spread, policy, trigger_s, slide_s, duration, s
 
     if duration is None or not duration > 0:
         raise KitError(f"duration must be > 0 seconds, got {duration}")
+    if slide_s is not None and not slide_s > 0:
+        raise KitError(f"slide must be > 0 seconds, got {slide_s:g} (use --tumbling for a tumbling-window target)")
+    if tumbling:
+        if slide_s is not None:
+            raise KitError("--slide and --tumbling exclude each other")
+        slide_s = 0.0
     if out is None:
         out = Path("runs") / f"{workload}-{policy}-{datetime.now():%Y%m%d-%H%M%S}"
     stream = LiveStream(
