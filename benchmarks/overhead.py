@@ -102,6 +102,7 @@ def bench_stream(seconds: float, speedup: float, run_root: Path, rtt_s: float) -
 
     run_dir = run_root / "lr2s-lmstream"
     t0 = time.time()
+    # read="auto": the source runner reads batches (local master)
     s = LiveStream("LR2S", policy="lmstream", traffic="random", rate=1000, speedup=speedup,
                    duration_s=seconds * speedup, run_dir=run_dir, seed=1)
     s.start()
@@ -131,15 +132,16 @@ def bench_stream(seconds: float, speedup: float, run_root: Path, rtt_s: float) -
         "max_latency_s_median": statistics.median(r["max_latency_s"] for r in recs),
         "max_latency_s_max": max(r["max_latency_s"] for r in recs),
         "run_dir": str(run_dir),
+        "read": s.read_mode,
     }
 
 
-def bench_floor(seconds: float, run_root: Path) -> dict:
+def bench_floor(seconds: float, run_root: Path, read: str) -> dict:
     from lmstream_kit.live import LiveStream
 
-    run_dir = run_root / "floor"
+    run_dir = run_root / f"floor-{read}"
     s = LiveStream("PASSTHROUGH", policy="asap", traffic="constant", rate=10, speedup=20,
-                   duration_s=seconds * 20, run_dir=run_dir, output="noop")
+                   duration_s=seconds * 20, run_dir=run_dir, output="noop", read=read)
     s.start()
     try:
         s.wait(until=lambda st: st.feed_finished(), timeout=seconds * 3 + 120)
@@ -148,6 +150,7 @@ def bench_floor(seconds: float, run_root: Path) -> dict:
     df = s.metrics()
     df = df[df["rows"] > 0].iloc[5:]
     out = {
+        "read": read,
         "batches": int(len(df)),
         "processing_s_median": float(df["processing_s"].median()),
         "foreach_s_median": float(df["foreach_s"].median()),
@@ -202,7 +205,7 @@ def main() -> None:
     root = Path(tempfile.mkdtemp(prefix="lmstream-overhead-"))
     result["stream"] = bench_stream(args.seconds, args.speedup, root, result["channel"]["rtt_p50_us"] / 1e6)
     print(json.dumps(result["stream"]), flush=True)
-    result["spark_floor"] = bench_floor(min(args.seconds, 30), root)
+    result["spark_floor"] = [bench_floor(min(args.seconds, 30), root, read) for read in ("driver", "executors")]
     print(json.dumps(result["spark_floor"]), flush=True)
     from lmstream_kit.engine.session import build_session
 

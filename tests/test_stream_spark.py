@@ -30,10 +30,11 @@ def sorted_rows(table: pa.Table) -> list[tuple]:
     return sorted(zip(*(table[c].to_pylist() for c in cols)))
 
 
-def test_every_feed_row_is_processed_exactly_once(spark, tmp_path):
+@pytest.mark.parametrize("read", ["driver", "executors"])
+def test_every_feed_row_is_processed_exactly_once(spark, tmp_path, read):
     run = tmp_path / "pt"
     s = LiveStream("PASSTHROUGH", policy="lmstream", traffic="random", rate=400, speedup=10,
-                   duration_s=60, run_dir=run, spark=spark, seed=3)
+                   duration_s=60, run_dir=run, spark=spark, seed=3, read=read)
     s.start()
     s.wait(until=lambda st: st.feed_finished(), timeout=120)
     s.stop()
@@ -50,6 +51,7 @@ def test_every_feed_row_is_processed_exactly_once(spark, tmp_path):
     assert data["rows"].sum() == fed.num_rows
     info = read_run_info(run)
     assert info["total_rows"] == fed.num_rows and info["policy"] == "lmstream"
+    assert info["read"] == read
 
 
 def test_lr2s_counts_match_sparks_own_input_rows(spark, tmp_path):
@@ -104,9 +106,10 @@ def test_fixed_trigger_latency_is_at_least_the_trigger(spark, tmp_path):
     assert (full["buffering_s"] >= 9.0).all()
 
 
-def test_restart_from_checkpoint_loses_and_duplicates_nothing(spark, tmp_path):
+@pytest.mark.parametrize("read", ["driver", "executors"])
+def test_restart_from_checkpoint_loses_and_duplicates_nothing(spark, tmp_path, read):
     run = tmp_path / "restart"
-    kw = dict(policy="lmstream", traffic="constant", rate=300, speedup=10, run_dir=run, spark=spark)
+    kw = dict(policy="lmstream", traffic="constant", rate=300, speedup=10, run_dir=run, spark=spark, read=read)
     first = LiveStream("PASSTHROUGH", **kw).start()
     first.wait(batches=3, timeout=120)
     first.stop(drain=False)  # leaves admitted-but-unprocessed and pending datasets behind
