@@ -77,8 +77,9 @@ def cli() -> None:
 @click.option("--input", "input_dir", default=None, type=click.Path(path_type=Path), help="Read rows from CSV/JSON/Parquet files landing in this directory.")
 @click.option("--spool", default=None, help="Spool location (path or pyarrow URI, e.g. file:///shared/spool) [default: RUN/spool].")
 @click.option("--master", default="local[2]", show_default=True, help="Spark master: local[N] or spark://host:port.")
+@click.option("--read", "read_mode", default="auto", show_default=True, type=click.Choice(["auto", "driver", "executors"]), help="Where batches are read: in the driver (no Python task per batch) or on executors; auto = driver for local masters.")
 @click.option("--output", default="parquet", show_default=True, type=click.Choice(["parquet", "noop"]), help="Write query results to RUN/output, or drop them.")
-def run(workload, traffic, rate, spread, policy, trigger_s, slide_s, tumbling, duration, speedup, seed, out, input_dir, spool, master, output):
+def run(workload, traffic, rate, spread, policy, trigger_s, slide_s, tumbling, duration, speedup, seed, out, input_dir, spool, master, read_mode, output):
     """Run a stream under an admission policy and record its metrics.
 
     Shows a live progress line (batches, rows, current maximum latency) and a
@@ -114,6 +115,7 @@ def run(workload, traffic, rate, spread, policy, trigger_s, slide_s, tumbling, d
         trigger_s=trigger_s,
         slide_s=slide_s,
         output=output,
+        read=read_mode,
     )
     click.echo(
         f"lmstream-kit: {stream.workload.name} under {stream.policy.name}, "
