@@ -5,6 +5,6 @@ Adding a workload is a matter of a new module that calls
 """
 
 from .base import WORKLOADS, Workload, get_workload, register
-from . import lr2s, passthrough  # noqa: F401  (registers LR2S, PASSTHROUGH)
+from . import cm2s, lr2s, passthrough  # noqa: F401  (registers CM2S, LR2S, PASSTHROUGH)
 
 __all__ = ["WORKLOADS", "Workload", "get_workload", "register"]

@@ -1,0 +1,55 @@
+"""CM2S (Table III): Cluster Monitoring, average cpu request per job of scheduled tasks.
+
+``SELECT jobId, AVG(cpu) AS avgCpu FROM TaskEvents [range 60 slide 5]
+WHERE (eventType == 1) GROUP BY jobId``
+
+Event time is the event's ``time`` (simulated seconds).  Append mode: each
+window's rows are emitted once, when the watermark closes it.
+"""
+
+from __future__ import annotations
+
+from .base import Workload, register
+from .cluster_monitoring import CM_CHECKS, CM_SCHEMA, make_task_events
+
+RANGE_S = 60
+SLIDE_S = 5
+LATENESS_S = 5
+SCHEDULE = 1
+
+
+def build_query(stream):
+    from pyspark.sql import functions as F
+
+    events = stream.withColumn("ts", F.timestamp_seconds("time")).withWatermark(
+        "ts", f"{LATENESS_S} seconds"
+    )
+    return (
+        events.where(F.col("event_type") == SCHEDULE)
+        .groupBy(F.window("ts", f"{RANGE_S} seconds", f"{SLIDE_S} seconds"), "job_id")
+        .agg(F.avg("cpu").alias("avgCpu"), F.count("*").alias("tasks"))
+        .select(
+            F.col("window.start").alias("window_start"),
+            F.col("window.end").alias("window_end"),
+            "job_id",
+            "avgCpu",
+            "tasks",
+        )
+    )
+
+
+CM2S = register(
+    Workload(
+        name="CM2S",
+        description=f"Cluster Monitoring: average cpu request per job of SCHEDULE events "
+        f"over a {RANGE_S} s window sliding by {SLIDE_S} s",
+        schema=CM_SCHEMA,
+        make_rows=make_task_events,
+        build_query=build_query,
+        window_range_s=RANGE_S,
+        slide_s=SLIDE_S,
+        output_mode="append",
+        checks=CM_CHECKS,
+        time_column="time",
+    )
+)

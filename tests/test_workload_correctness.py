@@ -1,0 +1,65 @@
+"""Streamed window results equal a batch computation of the same query over the same rows."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from lmstream_kit.feed.spool import Spool
+from lmstream_kit.live import LiveStream
+
+pytestmark = pytest.mark.spark
+
+
+def sliding_windows(frame: pd.DataFrame, range_s: int, slide_s: int) -> pd.DataFrame:
+    """Each row once per sliding window [start, start + range) that contains its time."""
+    parts = []
+    first = (frame["time"] // slide_s) * slide_s
+    for k in range(range_s // slide_s):
+        start = first - k * slide_s
+        parts.append(frame.assign(window_start=start, window_end=start + range_s))
+    out = pd.concat(parts, ignore_index=True)
+    return out[out["window_start"] > out["time"] - range_s]
+
+
+def streamed(run: Path) -> pd.DataFrame:
+    files = sorted((run / "output").glob("part-*.parquet"))
+    table = pa.concat_tables([pq.read_table(f) for f in files])
+    df = table.to_pandas()
+    for col in ("window_start", "window_end"):
+        df[col] = (df[col] - pd.Timestamp(0, tz="UTC")).dt.total_seconds().astype("int64")
+    return df
+
+
+def test_cm2s_matches_a_batch_computation_for_every_closed_window(spark, tmp_path):
+    run = tmp_path / "cm2s"
+    s = LiveStream("CM2S", policy="lmstream", traffic="constant", rate=300, speedup=10,
+                   duration_s=150, run_dir=run, spark=spark, seed=5)
+    s.start()
+    s.wait(until=lambda st: st.feed_finished(), timeout=180)
+    s.stop()
+    rows = Spool(run / "spool", create=False).read_table().to_pandas()
+    sched = rows[rows["event_type"] == 1]
+    expected = (
+        sliding_windows(sched, 60, 5)
+        .groupby(["window_start", "window_end", "job_id"])
+        .agg(avgCpu=("cpu", "mean"), tasks=("cpu", "size"))
+        .reset_index()
+    )
+    got = streamed(run)
+    assert not got.duplicated(["window_start", "job_id"]).any(), "each window emitted once"
+    merged = got.merge(expected, on=["window_start", "window_end", "job_id"], how="left",
+                       suffixes=("", "_batch"), indicator=True)
+    assert (merged["_merge"] == "both").all(), "every streamed row exists in the batch result"
+    assert (merged["tasks"] == merged["tasks_batch"]).all()
+    assert merged["avgCpu"].to_numpy() == pytest.approx(merged["avgCpu_batch"].to_numpy(), rel=1e-12)
+    # completeness: every window that the watermark has closed was emitted, whole
+    closed_before = int(rows["time"].max()) - 5 - 10  # watermark lag plus two slides
+    want = expected[expected["window_end"] <= closed_before]
+    assert len(want) > 100
+    both = want.merge(got, on=["window_start", "job_id"], how="left", indicator=True)
+    assert (both["_merge"] == "both").all(), both[both["_merge"] != "both"].head()
