@@ -26,12 +26,12 @@ def sliding_windows(frame: pd.DataFrame, range_s: int, slide_s: int) -> pd.DataF
     return out[out["window_start"] > out["time"] - range_s]
 
 
-def streamed(run: Path) -> pd.DataFrame:
+def streamed(run: Path, **timestamp_columns: str) -> pd.DataFrame:
+    """The run's output; ``name=column`` adds ``name`` as epoch seconds of a timestamp column."""
     files = sorted((run / "output").glob("part-*.parquet"))
-    table = pa.concat_tables([pq.read_table(f) for f in files])
-    df = table.to_pandas()
-    for col in ("window_start", "window_end"):
-        df[col] = (df[col] - pd.Timestamp(0, tz="UTC")).dt.total_seconds().astype("int64")
+    df = pa.concat_tables([pq.read_table(f) for f in files]).to_pandas()
+    for name, column in timestamp_columns.items():
+        df[name] = (df[column] - pd.Timestamp(0, tz="UTC")).dt.total_seconds().astype("int64")
     return df
 
 
@@ -50,7 +50,7 @@ def test_cm2s_matches_a_batch_computation_for_every_closed_window(spark, tmp_pat
         .agg(avgCpu=("cpu", "mean"), tasks=("cpu", "size"))
         .reset_index()
     )
-    got = streamed(run)
+    got = streamed(run, window_start="window_start", window_end="window_end")
     assert not got.duplicated(["window_start", "job_id"]).any(), "each window emitted once"
     merged = got.merge(expected, on=["window_start", "window_end", "job_id"], how="left",
                        suffixes=("", "_batch"), indicator=True)
@@ -63,3 +63,33 @@ def test_cm2s_matches_a_batch_computation_for_every_closed_window(spark, tmp_pat
     assert len(want) > 100
     both = want.merge(got, on=["window_start", "job_id"], how="left", indicator=True)
     assert (both["_merge"] == "both").all(), both[both["_merge"] != "both"].head()
+
+
+def test_lr2s_matches_a_batch_computation_for_every_closed_window(spark, tmp_path):
+    run = tmp_path / "lr2s"
+    s = LiveStream("LR2S", policy="lmstream", traffic="random", rate=500, speedup=10,
+                   duration_s=120, run_dir=run, spark=spark, seed=11)
+    s.start()
+    s.wait(until=lambda st: st.feed_finished(), timeout=180)
+    s.stop()
+    rows = Spool(run / "spool", create=False).read_table().to_pandas()
+    keys = ["window_end", "highway", "direction", "segment"]
+    per_window = (
+        sliding_windows(rows, 30, 10)
+        .groupby(keys)
+        .agg(avgSpeed=("speed", "mean"), reports=("speed", "size"))
+        .reset_index()
+    )
+    expected = per_window[per_window["avgSpeed"] < 40.0]  # HAVING avgSpeed < 40
+    got = streamed(run, window_end="timestamp")
+    assert not got.duplicated(keys).any(), "each window emitted once"
+    merged = got.merge(expected, on=keys, how="left", suffixes=("", "_batch"), indicator=True)
+    assert (merged["_merge"] == "both").all(), "every streamed row exists in the batch result"
+    assert (merged["reports"] == merged["reports_batch"]).all()
+    assert merged["avgSpeed"].to_numpy() == pytest.approx(merged["avgSpeed_batch"].to_numpy(), rel=1e-12)
+    closed_before = int(rows["time"].max()) - 5 - 20  # watermark lag plus two slides
+    want = expected[expected["window_end"] <= closed_before]
+    assert len(want) > 50
+    both = want.merge(got, on=keys, how="left", indicator=True)
+    assert (both["_merge"] == "both").all(), both[both["_merge"] != "both"].head()
+
