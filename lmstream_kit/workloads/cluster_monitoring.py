@@ -65,6 +65,7 @@ import numpy as np
 import pyarrow as pa
 
 from lmstream_kit.exceptions import ConfigError
+from lmstream_kit.workloads.hashing import splitmix64 as _splitmix64
 
 __all__ = [
     "CM_CHECKS",
@@ -137,19 +138,7 @@ CM_CHECKS: dict[str, tuple[float, float]] = {
     "disk": (0.0, 1.0),
 }
 
-_M1 = np.uint64(0xBF58476D1CE4E5B9)
-_M2 = np.uint64(0x94D049BB133111EB)
-_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _U53 = float(1 << 53)
-
-
-def _splitmix64(x: np.ndarray) -> np.ndarray:
-    """Vectorised splitmix64 finaliser (uint64 in, well-mixed uint64 out)."""
-    with np.errstate(over="ignore"):
-        z = x.astype(np.uint64) + _GOLDEN
-        z = (z ^ (z >> np.uint64(30))) * _M1
-        z = (z ^ (z >> np.uint64(27))) * _M2
-        return z ^ (z >> np.uint64(31))
 
 
 def _unit(h: np.ndarray) -> np.ndarray:

@@ -47,6 +47,7 @@ import numpy as np
 import pyarrow as pa
 
 from lmstream_kit.exceptions import ConfigError
+from lmstream_kit.workloads.hashing import splitmix64 as _splitmix64
 
 __all__ = [
     "LR_SCHEMA",
@@ -98,18 +99,6 @@ LR_CHECKS: dict[str, tuple[int, int]] = {
     "position": (0, ROAD_FT - 1),
 }
 
-_M1 = np.uint64(0xBF58476D1CE4E5B9)
-_M2 = np.uint64(0x94D049BB133111EB)
-_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
-
-
-def _splitmix64(x: np.ndarray) -> np.ndarray:
-    """Vectorised splitmix64 finaliser (uint64 in, well-mixed uint64 out)."""
-    with np.errstate(over="ignore"):
-        z = x.astype(np.uint64) + _GOLDEN
-        z = (z ^ (z >> np.uint64(30))) * _M1
-        z = (z ^ (z >> np.uint64(27))) * _M2
-        return z ^ (z >> np.uint64(31))
 
 
 @lru_cache(maxsize=64)
