@@ -35,44 +35,50 @@ def streamed(run: Path, **timestamp_columns: str) -> pd.DataFrame:
     return df
 
 
-def test_cm2s_matches_a_batch_computation_for_every_closed_window(spark, tmp_path):
-    run = tmp_path / "cm2s"
-    s = LiveStream("CM2S", policy="lmstream", traffic="constant", rate=300, speedup=10,
-                   duration_s=150, run_dir=run, spark=spark, seed=5)
+def run_to_end(workload: str, run: Path, spark, **kw) -> pd.DataFrame:
+    """Stream all generated traffic through ``workload``; return the rows the feed held."""
+    s = LiveStream(workload, policy="lmstream", speedup=10, run_dir=run, spark=spark, **kw)
     s.start()
     s.wait(until=lambda st: st.feed_finished(), timeout=180)
     s.stop()
-    rows = Spool(run / "spool", create=False).read_table().to_pandas()
+    return Spool(run / "spool", create=False).read_table().to_pandas()
+
+
+def assert_same_windows(got, expected, *, keys, count, value, closed_before, at_least):
+    """Streamed rows equal the batch rows, once each, and every closed window is there."""
+    assert not got.duplicated(keys).any(), "each window emitted once"
+    merged = got.merge(expected, on=keys, how="left", suffixes=("", "_batch"), indicator=True)
+    assert (merged["_merge"] == "both").all(), "every streamed row exists in the batch result"
+    assert (merged[count] == merged[count + "_batch"]).all()
+    assert merged[value].to_numpy() == pytest.approx(merged[value + "_batch"].to_numpy(), rel=1e-12)
+    want = expected[expected["window_end"] <= closed_before]
+    assert len(want) > at_least
+    both = want.merge(got, on=keys, how="left", indicator=True)
+    assert (both["_merge"] == "both").all(), both[both["_merge"] != "both"].head()
+
+
+def test_cm2s_matches_a_batch_computation_for_every_closed_window(spark, tmp_path):
+    run = tmp_path / "cm2s"
+    rows = run_to_end("CM2S", run, spark, traffic="constant", rate=300, duration_s=150, seed=5)
     sched = rows[rows["event_type"] == 1]
+    keys = ["window_start", "window_end", "job_id"]
     expected = (
         sliding_windows(sched, 60, 5)
-        .groupby(["window_start", "window_end", "job_id"])
+        .groupby(keys)
         .agg(avgCpu=("cpu", "mean"), tasks=("cpu", "size"))
         .reset_index()
     )
     got = streamed(run, window_start="window_start", window_end="window_end")
-    assert not got.duplicated(["window_start", "job_id"]).any(), "each window emitted once"
-    merged = got.merge(expected, on=["window_start", "window_end", "job_id"], how="left",
-                       suffixes=("", "_batch"), indicator=True)
-    assert (merged["_merge"] == "both").all(), "every streamed row exists in the batch result"
-    assert (merged["tasks"] == merged["tasks_batch"]).all()
-    assert merged["avgCpu"].to_numpy() == pytest.approx(merged["avgCpu_batch"].to_numpy(), rel=1e-12)
-    # completeness: every window that the watermark has closed was emitted, whole
-    closed_before = int(rows["time"].max()) - 5 - 10  # watermark lag plus two slides
-    want = expected[expected["window_end"] <= closed_before]
-    assert len(want) > 100
-    both = want.merge(got, on=["window_start", "job_id"], how="left", indicator=True)
-    assert (both["_merge"] == "both").all(), both[both["_merge"] != "both"].head()
+    assert_same_windows(
+        got, expected, keys=keys, count="tasks", value="avgCpu",
+        closed_before=int(rows["time"].max()) - 5 - 10,  # watermark lag plus two slides
+        at_least=100,
+    )
 
 
 def test_lr2s_matches_a_batch_computation_for_every_closed_window(spark, tmp_path):
     run = tmp_path / "lr2s"
-    s = LiveStream("LR2S", policy="lmstream", traffic="random", rate=500, speedup=10,
-                   duration_s=120, run_dir=run, spark=spark, seed=11)
-    s.start()
-    s.wait(until=lambda st: st.feed_finished(), timeout=180)
-    s.stop()
-    rows = Spool(run / "spool", create=False).read_table().to_pandas()
+    rows = run_to_end("LR2S", run, spark, traffic="random", rate=500, duration_s=120, seed=11)
     keys = ["window_end", "highway", "direction", "segment"]
     per_window = (
         sliding_windows(rows, 30, 10)
@@ -82,14 +88,8 @@ def test_lr2s_matches_a_batch_computation_for_every_closed_window(spark, tmp_pat
     )
     expected = per_window[per_window["avgSpeed"] < 40.0]  # HAVING avgSpeed < 40
     got = streamed(run, window_end="timestamp")
-    assert not got.duplicated(keys).any(), "each window emitted once"
-    merged = got.merge(expected, on=keys, how="left", suffixes=("", "_batch"), indicator=True)
-    assert (merged["_merge"] == "both").all(), "every streamed row exists in the batch result"
-    assert (merged["reports"] == merged["reports_batch"]).all()
-    assert merged["avgSpeed"].to_numpy() == pytest.approx(merged["avgSpeed_batch"].to_numpy(), rel=1e-12)
-    closed_before = int(rows["time"].max()) - 5 - 20  # watermark lag plus two slides
-    want = expected[expected["window_end"] <= closed_before]
-    assert len(want) > 50
-    both = want.merge(got, on=keys, how="left", indicator=True)
-    assert (both["_merge"] == "both").all(), both[both["_merge"] != "both"].head()
-
+    assert_same_windows(
+        got, expected, keys=keys, count="reports", value="avgSpeed",
+        closed_before=int(rows["time"].max()) - 5 - 20,  # watermark lag plus two slides
+        at_least=50,
+    )
