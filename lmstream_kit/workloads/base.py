@@ -61,6 +61,19 @@ class Workload:
         return "tumbling" if self.slide_s == 0 else "sliding"
 
 
+def with_event_time(stream, column: str, lateness_s: float):
+    """Add ``ts`` (a timestamp from ``column``'s simulated seconds) with a watermark.
+
+    Windows of every workload are defined on this column; ``lateness_s`` is how
+    late (simulated seconds) a row may arrive and still count.
+    """
+    from pyspark.sql import functions as F
+
+    return stream.withColumn("ts", F.timestamp_seconds(column)).withWatermark(
+        "ts", f"{lateness_s:g} seconds"
+    )
+
+
 def register(workload: Workload) -> Workload:
     return WORKLOADS.register(workload.name, workload)
 

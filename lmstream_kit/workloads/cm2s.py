@@ -9,7 +9,7 @@ window's rows are emitted once, when the watermark closes it.
 
 from __future__ import annotations
 
-from .base import Workload, register
+from .base import Workload, register, with_event_time
 from .cluster_monitoring import CM_CHECKS, CM_SCHEMA, make_task_events
 
 RANGE_S = 60
@@ -21,9 +21,7 @@ SCHEDULE = 1
 def build_query(stream):
     from pyspark.sql import functions as F
 
-    events = stream.withColumn("ts", F.timestamp_seconds("time")).withWatermark(
-        "ts", f"{LATENESS_S} seconds"
-    )
+    events = with_event_time(stream, "time", LATENESS_S)
     return (
         events.where(F.col("event_type") == SCHEDULE)
         .groupBy(F.window("ts", f"{RANGE_S} seconds", f"{SLIDE_S} seconds"), "job_id")

@@ -10,7 +10,7 @@ append mode: each window's rows are emitted once, when the watermark closes it.
 
 from __future__ import annotations
 
-from .base import Workload, register
+from .base import Workload, register, with_event_time
 from .linear_road import LR_CHECKS, LR_SCHEMA, make_position_reports
 
 RANGE_S = 30
@@ -22,9 +22,7 @@ LATENESS_S = 5
 def build_query(stream):
     from pyspark.sql import functions as F
 
-    reports = stream.withColumn("ts", F.timestamp_seconds("time")).withWatermark(
-        "ts", f"{LATENESS_S} seconds"
-    )
+    reports = with_event_time(stream, "time", LATENESS_S)
     per_segment = reports.groupBy(
         F.window("ts", f"{RANGE_S} seconds", f"{SLIDE_S} seconds"),
         "highway",
