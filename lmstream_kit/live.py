@@ -203,6 +203,7 @@ class LiveStream:
         self._listener = None
         self._metrics_writer: Optional[JsonlWriter] = None
         self._progress_writer: Optional[JsonlWriter] = None
+        self._last_progress_id = -1
 
         self._lock = threading.RLock()
         self._batch_done = threading.Condition(self._lock)
@@ -556,6 +557,17 @@ class LiveStream:
     def _on_progress(self, record: dict) -> None:
         if self._progress_writer is not None:
             self._progress_writer.append(record)
+        with self._lock:
+            self._last_progress_id = max(self._last_progress_id, int(record["batch_id"]))
+            self._batch_done.notify_all()
+
+    def _await_progress(self, timeout: float) -> None:
+        """Give Spark's listener bus time to deliver the progress of the last batches."""
+        deadline = time.monotonic() + timeout
+        with self._lock:
+            last = max((int(r["batch_id"]) for r in self._records), default=-1)
+            while self._last_progress_id < last and time.monotonic() < deadline:
+                self._batch_done.wait(0.05)
 
     # ------------------------------------------------------------------ waiting
     def _check_health(self) -> None:
@@ -650,6 +662,7 @@ class LiveStream:
         if self.query is not None:
             stop_query(self.query, is_idle=lambda: not self._in_batch)
         if self.spark is not None and self._listener is not None:
+            self._await_progress(timeout=5.0)
             try:
                 self.spark.streams.removeListener(self._listener)
             except Exception:
