@@ -67,7 +67,7 @@ def cli() -> None:
 @click.option("--rate", default=1000.0, show_default=True, type=float, help="Rows per simulated second.")
 @click.option("--spread", default=None, type=float, help="Std. dev. of random traffic [default: 25% of rate].")
 @click.option("--policy", default="lmstream", show_default=True, help="lmstream | fixed | asap.")
-@click.option("--trigger", "trigger_s", default=None, type=float, help="Interval of the fixed policy, s [default: 10].")
+@click.option("--trigger", "trigger_s", default=None, type=float, help="Interval of the fixed policy, simulated s [default: 10].")
 @click.option("--slide", "slide_s", default=None, type=float, help="Override the window slide (the latency bound), simulated s, > 0.")
 @click.option("--tumbling", is_flag=True, help="Tumbling-window target: the running mean of past batches' max latency.")
 @click.option("--duration", default=60.0, show_default=True, type=float, help="Simulated seconds of traffic (with --input: seconds to watch the directory).")

@@ -106,7 +106,8 @@ class LiveStream:
     spark : SparkSession, optional
         Use this session instead of creating one (it is then not stopped).
     trigger_s : float, optional
-        Interval of the ``fixed`` policy (default 10 s).
+        Interval of the ``fixed`` policy in simulated seconds (default 10 s);
+        Spark's trigger runs every ``trigger_s / speedup`` wall seconds.
     slide_s : float, optional
         Override the workload's slide (simulated seconds; 0 = tumbling target).
     controller : dict, optional
@@ -334,7 +335,7 @@ class LiveStream:
                     "partitions": self.partitions,
                     "read": self.read_mode,
                 },
-                trigger_s=self.policy.trigger_s,
+                trigger_s=self.policy.trigger_s / self.speedup,
                 on_batch=self._on_batch,
                 checkpoint=checkpoint,
                 name=self.name.replace("-", "_"),

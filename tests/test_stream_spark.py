@@ -97,14 +97,19 @@ def test_fixed_trigger_latency_is_at_least_the_trigger(spark, tmp_path):
     s = LiveStream("LR2S", policy="fixed", traffic="random", rate=1000, speedup=4.0,
                    duration_s=140, run_dir=run, spark=spark, seed=7)
     s.start()
-    s.wait(batches=3, timeout=120)
+    s.wait(batches=5, timeout=120)
     s.stop(drain=False)
     df = load_metrics(run)
     data = df[df["rows"] > 0]
-    full = data.iloc[1:]  # the first data batch started mid-interval
+    # the first data batch started mid-interval, and it runs on a cold JVM, so the
+    # second may start late into its own interval
+    full = data.iloc[2:]
     assert len(full) >= 2
-    assert (full["max_latency_s"] >= 10.0).all(), full[["batch_id", "max_latency_s"]].to_string()
-    assert (full["buffering_s"] >= 9.0).all()
+    # the 10 s trigger is in simulated seconds: 2.5 wall seconds at speedup 4
+    assert (full["max_latency_s"] >= 2.5).all(), full[["batch_id", "max_latency_s"]].to_string()
+    assert (full["buffering_s"] >= 2.25).all()
+    gaps = full["admitted_at"].diff().dropna()
+    assert ((gaps > 2.3) & (gaps < 2.7)).all(), gaps.to_string()
 
 
 @pytest.mark.parametrize("read", ["driver", "executors"])
