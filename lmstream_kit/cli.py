@@ -24,6 +24,7 @@ Examples:
   lmstream-kit run --traffic constant --speedup 5      # 5 simulated seconds per wall second
   lmstream-kit run --input landing/ --duration 30      # your own CSV/JSON/Parquet files
   lmstream-kit compare runs/lmstream runs/fixed        # latency side by side
+  lmstream-kit bench --queries LR2S,CM2S --duration 120 --out bench/   # policies side by side
 """
 
 
@@ -230,6 +231,106 @@ def compare(run_dirs):
             _fmt(s["latency_mean_s"]),
             _fmt(s["throughput_rows_s"], digits=0),
             _fmt(100 * s["within_bound"], " %", 1) if "within_bound" in s else "-",
+        )
+    _console().print(table)
+
+
+@cli.command()
+@click.option("--queries", default=",".join(("LR1S", "LR1T", "LR2S", "CM1S", "CM1T", "CM2S")), show_default=True, help="Comma-separated workloads.")
+@click.option("--policies", default="lmstream,fixed,asap", show_default=True, help="Comma-separated policies.")
+@click.option("--traffic", default="constant,random", show_default=True, help="Comma-separated traffic patterns.")
+@click.option("--duration", default=300.0, show_default=True, type=float, help="Simulated seconds of traffic per cell.")
+@click.option("--repeat", default=1, show_default=True, type=int, help="Repetitions of each cell.")
+@click.option("--speedup", default=4.0, show_default=True, type=float, help="Simulated seconds per wall second.")
+@click.option("--rate", default=1000.0, show_default=True, type=float, help="Offered rows per simulated second.")
+@click.option("--spread", default=None, type=float, help="Std. dev. of random traffic [default: 25% of rate].")
+@click.option("--seed", default=0, show_default=True, type=int)
+@click.option("--trigger", "trigger_s", default=10.0, show_default=True, type=float, help="Interval of the fixed policy, simulated s.")
+@click.option("--warmup", "warmup_s", default=20.0, show_default=True, type=float, help="Simulated seconds of a discarded warm-up run per query (0: none).")
+@click.option("--capacity/--no-capacity", default=False, show_default=True, help="Also search each policy's highest sustained rate.")
+@click.option("--capacity-duration", default=60.0, show_default=True, type=float, help="Simulated seconds per capacity probe.")
+@click.option("--capacity-start", default=None, type=float, help="First probed rate [default: --rate].")
+@click.option("--capacity-probes", default=6, show_default=True, type=int, help="Most probes per query and policy.")
+@click.option("--output", default="noop", show_default=True, type=click.Choice(["noop", "parquet"]), help="Sink of every cell.")
+@click.option("--master", default="local[2]", show_default=True, help="Spark master: local[N] or spark://host:port.")
+@click.option("--format", "results_format", default="parquet", show_default=True, type=click.Choice(["parquet", "csv"]), help="Format of results.")
+@click.option("--reproduction", default=None, type=click.Path(path_type=Path), help="Also write the reproduction report (Markdown) here.")
+@click.option("--notes", default=None, type=click.Path(exists=True, dir_okay=False, path_type=Path), help="Markdown appended to the reproduction report under 'Where we differ and why'.")
+@click.option("--out", "out", required=True, type=click.Path(path_type=Path), help="Bench directory.")
+def bench(queries, policies, traffic, duration, repeat, speedup, rate, spread, seed, trigger_s, warmup_s, capacity, capacity_duration, capacity_start, capacity_probes, output, master, results_format, reproduction, notes, out):
+    """Run queries x policies x traffic and write results.parquet and report.html.
+
+    Every cell runs to the end of its traffic on one SparkSession; the same
+    seed gives every policy the same rows.  With --capacity, each policy's
+    highest offered rate that keeps 95% of batches within the bound is searched
+    too.  A progress bar follows the sweep.
+    """
+    from .bench import BenchConfig, command_line, run_bench
+
+    cfg = BenchConfig(
+        queries=queries, policies=policies, traffic=traffic, duration_s=duration, repeat=repeat,
+        speedup=speedup, rate=rate, spread=spread, seed=seed, trigger_s=trigger_s, warmup_s=warmup_s,
+        capacity=capacity, capacity_duration_s=capacity_duration, capacity_start=capacity_start,
+        capacity_probes=capacity_probes, output=output, master=master, results_format=results_format,
+    )
+    notes_text = notes.read_text() if notes is not None else None
+    result = _with_bench_progress(
+        lambda progress: run_bench(cfg, out, progress=progress, command=command_line(),
+                                   reproduction=reproduction, notes=notes_text)
+    )
+    _bench_table(result.results)
+    console = _console()
+    console.print(f"results: {out / ('results.' + results_format)}   report: {result.report}")
+    if reproduction is not None:
+        console.print(f"reproduction report: {reproduction}")
+
+
+@cli.command()
+@click.argument("bench_dir", type=click.Path(path_type=Path))
+@click.option("--reproduction", default=None, type=click.Path(path_type=Path), help="Also write the reproduction report (Markdown) here.")
+@click.option("--notes", default=None, type=click.Path(exists=True, dir_okay=False, path_type=Path), help="Markdown appended under 'Where we differ and why'.")
+def report(bench_dir, reproduction, notes):
+    """Rebuild report.html (and a reproduction report) from a bench directory."""
+    from .bench import load_bench, write_reports
+
+    results, batches, capacity, meta = load_bench(bench_dir)
+    write_reports(bench_dir, results, batches, capacity, meta, reproduction=reproduction,
+                  notes=notes.read_text() if notes is not None else None)
+    click.echo(f"report: {bench_dir / 'report.html'}")
+
+
+def _with_bench_progress(work):
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    console = _console(stderr=True)
+    columns = [TextColumn("[bold]{task.description:<9}"), BarColumn(), MofNCompleteColumn(),
+               TextColumn("{task.fields[label]}"), TimeElapsedColumn()]
+    with Progress(*columns, console=console, transient=False) as bar:
+        tasks: dict = {}
+
+        def progress(event: dict) -> None:
+            phase = "sweep" if event["phase"] == "warmup" else event["phase"]
+            if phase not in tasks:
+                tasks[phase] = bar.add_task(phase, total=event["total"], label="")
+            bar.update(tasks[phase], completed=event["done"], total=event["total"], label=event["label"])
+
+        return work(progress)
+
+
+def _bench_table(results) -> None:
+    from rich.table import Table
+
+    table = Table(title="bench: one row per cell (wall seconds)")
+    cols = ("query", "policy", "traffic", "rep", "batches", "rows", "avg latency", "p95 max latency",
+            "within bound", "rows/s", "CPU s / M rows")
+    for col in cols:
+        table.add_column(col, justify="left" if col in ("query", "policy", "traffic") else "right")
+    for r in results.to_dict("records"):
+        table.add_row(
+            r["query"], r["policy"], r["traffic"], str(r["rep"]), _fmt(r["batches"]), _fmt(r["rows"]),
+            _fmt(r["avg_latency_s"], " s"), _fmt(r["p95_max_latency_s"], " s"),
+            _fmt(100 * r["within_bound"], " %", 1), _fmt(r["throughput_rows_s"], "", 0),
+            _fmt(r["cpu_s_per_mrows"], "", 1),
         )
     _console().print(table)
 

@@ -495,7 +495,8 @@ class LiveStream:
             admission = self._admissions.pop(span[1], None) if span and span[1] > span[0] else None
         try:
             output_dir = self.run_dir / "output" if self.output == "parquet" else None
-            out_rows = write_output(batch_df, output_dir, batch_id)
+            finish = self.workload.finish_batch
+            out_rows = write_output(finish(batch_df) if finish else batch_df, output_dir, batch_id)
         except BaseException as exc:
             with self._lock:
                 self._in_batch = False
@@ -619,6 +620,14 @@ class LiveStream:
 
     def feed_finished(self) -> bool:
         return bool(getattr(self.feed, "finished", False))
+
+    def caught_up(self) -> bool:
+        """Whether every dataset in the spool so far has been processed."""
+        if self.spool is None:
+            return False
+        self.spool.refresh()
+        with self._lock:
+            return self._completed_end >= self.spool.end_seq
 
     def drain(self, timeout: float = 120.0) -> None:
         """Admit everything the spool holds and wait until it is processed."""

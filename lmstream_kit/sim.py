@@ -27,7 +27,7 @@ Example
 >>> c = AdmissionController(slide_s=5.0, prior_processing_s=1.234)
 >>> batches = simulate(c, arrivals=arrivals, service_time=lambda rows, nbytes: 0.5)
 >>> [(b.admitted_at, b.n_datasets) for b in batches][:2]
-[(3.76, 4), (8.37, 5)]
+[(3.76, 4), (7.76, 4)]
 """
 
 from __future__ import annotations

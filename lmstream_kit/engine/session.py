@@ -125,3 +125,11 @@ def spark_version() -> str:
     from pyspark import __version__
 
     return __version__
+
+
+def java_version(spark) -> Optional[str]:
+    """The driver JVM's ``java.version`` (None for sessions without a local JVM)."""
+    try:
+        return str(spark.sparkContext._jvm.java.lang.System.getProperty("java.version"))
+    except Exception:
+        return None

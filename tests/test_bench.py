@@ -1,0 +1,174 @@
+"""The bench: sweep logic on synthetic data, and one small real sweep through the CLI."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from lmstream_kit.bench import BenchConfig, CapacitySearch, batch_rows, bound_s, cell_row
+from lmstream_kit.exceptions import ConfigError, UnknownNameError
+from lmstream_kit.workloads import get_workload
+
+
+# ---------------------------------------------------------------- capacity search (pure)
+def search(start, capacity, **kw):
+    s = CapacitySearch(start, **kw)
+    while (rate := s.next_rate()) is not None:
+        s.record(rate, rate <= capacity)
+    return s
+
+
+def test_capacity_search_doubles_then_bisects_to_the_resolution():
+    s = search(1000, 5000, max_probes=20, max_rate=1e6)
+    rates = [r for r, _ in s.probes]
+    assert rates[:4] == [1000, 2000, 4000, 8000]
+    assert s.capacity <= 5000 and s.hi > 5000
+    assert s.hi / s.capacity - 1 <= 0.1
+
+
+def test_capacity_search_halves_when_the_start_fails_and_gives_up_below_an_eighth():
+    s = search(1000, 300, max_probes=20, max_rate=1e6)
+    assert [r for r, _ in s.probes][:3] == [1000, 500, 250]
+    assert s.capacity is not None and 250 <= s.capacity <= 300
+    never = search(1000, 10, max_probes=20, max_rate=1e6)
+    assert never.capacity is None
+    assert [r for r, _ in never.probes] == [1000, 500, 250, 125]
+
+
+def test_capacity_search_stops_at_the_probe_budget_and_the_max_rate():
+    s = search(1000, 1e9, max_probes=3, max_rate=1e6)
+    assert [r for r, _ in s.probes] == [1000, 2000, 4000]
+    capped = search(1000, 1e9, max_probes=50, max_rate=3000)
+    assert [r for r, _ in capped.probes] == [1000, 2000, 3000]
+    assert capped.capacity == 3000
+    with pytest.raises(ConfigError, match="-5"):
+        CapacitySearch(-5)
+
+
+# ---------------------------------------------------------------- config
+def test_config_validates_names_and_values():
+    cfg = BenchConfig(queries="lr2s, CM2S", policies="lmstream,asap", traffic="constant", repeat=2)
+    assert cfg.queries == ("LR2S", "CM2S")
+    cells = cfg.cells()
+    assert len(cells) == 2 * 2 * 1 * 2
+    # the policies of one (query, traffic, rep) run back to back
+    assert [c["policy"] for c in cells[:2]] == ["lmstream", "asap"]
+    assert {(c["query"], c["rep"]) for c in cells[:2]} == {("LR2S", 0)}
+    with pytest.raises(UnknownNameError, match="NOPE"):
+        BenchConfig(queries="LR2S,NOPE")
+    with pytest.raises(ConfigError, match="'burst'"):
+        BenchConfig(traffic="burst")
+    with pytest.raises(ConfigError, match="-1"):
+        BenchConfig(speedup=-1)
+    with pytest.raises(ConfigError, match="repeat"):
+        BenchConfig(repeat=0)
+
+
+# ---------------------------------------------------------------- one cell's summary
+def metrics_frame():
+    # three batches: one empty, two with data, all wall seconds
+    return pd.DataFrame(
+        [
+            dict(batch_id=0, rows=0, bytes=0, oldest_arrival=None, completed_at=99.0, max_latency_s=None,
+                 avg_latency_s=None, buffering_s=None, processing_s=0.1, decision_s=0.0),
+            dict(batch_id=1, rows=100, bytes=1000, oldest_arrival=100.0, completed_at=102.0, max_latency_s=2.0,
+                 avg_latency_s=1.5, buffering_s=1.5, processing_s=0.5, decision_s=0.001),
+            dict(batch_id=2, rows=300, bytes=3000, oldest_arrival=102.0, completed_at=106.0, max_latency_s=4.0,
+                 avg_latency_s=3.0, buffering_s=3.0, processing_s=1.0, decision_s=0.003),
+        ]
+    )
+
+
+def test_cell_row_summarises_the_data_batches():
+    w = get_workload("LR2S")  # slide 10 s
+    row = cell_row(metrics_frame(), workload=w, policy="lmstream", traffic="constant", rep=0, seed=0,
+                   rate=1000, speedup=4, duration_s=60,
+                   cpu={"jvm_s": 2.0, "workers_s": 1.0, "kit_s": 0.5})
+    assert row["bound_s"] == 2.5
+    assert row["batches"] == 2 and row["rows"] == 400
+    assert row["wall_s"] == 6.0
+    assert row["avg_latency_s"] == pytest.approx((100 * 1.5 + 300 * 3.0) / 400)
+    assert row["within_bound"] == 0.5
+    assert row["throughput_rows_s"] == pytest.approx(400 / 1.5)
+    assert row["sustained_rows_s"] == pytest.approx(400 / 6.0)
+    assert row["decision_s"] == pytest.approx(0.004)
+    assert row["mapping_s"] == 0.0 and row["optimizer_s"] == 0.0
+    assert row["cpu_total_s"] == 3.5
+    assert row["cpu_s_per_mrows"] == pytest.approx(3.5 / 400 * 1e6)
+    nocpu = cell_row(metrics_frame(), workload=w, policy="asap", traffic="constant", rep=0, seed=0,
+                     rate=1000, speedup=4, duration_s=60)
+    assert math.isnan(nocpu["cpu_s_per_mrows"])
+
+
+def test_tumbling_bound_is_the_window_length_and_batches_are_listed():
+    w = get_workload("CM1T")
+    assert w.slide_s == 0
+    assert bound_s(w, 4.0) == w.window_range_s / 4.0
+    rows = batch_rows(metrics_frame(), workload=w, policy="fixed", traffic="random", rep=1, speedup=4.0)
+    assert [r["batch_id"] for r in rows] == [1, 2]
+    assert [r["t_s"] for r in rows] == [2.0, 6.0]
+    assert {r["window_kind"] for r in rows} == {"tumbling"}
+
+
+# ---------------------------------------------------------------- a real sweep
+@pytest.mark.spark
+@pytest.mark.slow
+def test_small_sweep_through_the_cli_writes_one_row_per_cell_and_the_report(tmp_path):
+    out = tmp_path / "bench"
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    cmd = [sys.executable, "-m", "lmstream_kit.cli", "bench", "--queries", "LR2S,CM2S",
+           "--policies", "lmstream,fixed,asap", "--traffic", "constant", "--duration", "30",
+           "--speedup", "6", "--rate", "500", "--warmup", "0", "--capacity", "--capacity-probes", "1",
+           "--capacity-duration", "20", "--out", str(out), "--reproduction", str(tmp_path / "repro.md")]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=env)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr
+    assert "sweep" in proc.stderr  # the progress bar
+
+    results = pd.read_parquet(out / "results.parquet")
+    assert len(results) == 2 * 3  # queries x policies x traffic x repeat
+    assert sorted(zip(results["query"], results["policy"])) == sorted(
+        (q, p) for q in ("LR2S", "CM2S") for p in ("lmstream", "fixed", "asap")
+    )
+    # every policy saw the same offered rows and processed all of them
+    assert (results["rows"] == 30 * 500).all()
+    assert (results["batches"] > 0).all()
+    assert (results["cpu_jvm_s"] > 0).all() and (results["cpu_kit_s"] > 0).all()
+    fixed = results[results["policy"] == "fixed"]
+    asap = results[results["policy"] == "asap"]
+    # the 10 s trigger (10/6 wall s) makes bigger batches than asap
+    assert (fixed["batches"].to_numpy() < asap["batches"].to_numpy()).all()
+
+    batches = pd.read_parquet(out / "batches.parquet")
+    assert batches.groupby(["query", "policy"])["rows"].sum().eq(30 * 500).all()
+    capacity = pd.read_parquet(out / "capacity.parquet")
+    assert len(capacity) == 6 and set(capacity["rate"]) == {500.0}
+
+    meta = json.loads((out / "bench.json").read_text())
+    assert meta["speedup"] == 6 and meta["spark_version"] and meta["machine"]["cores"]
+    html = (out / "report.html").read_text()
+    assert html.count("<html") == 1 and "LR2S" in html and "CM2S" in html
+    md = (tmp_path / "repro.md").read_text()
+    assert "70.7" in md and "1.74" in md
+
+    # the report can be rebuilt from the directory alone
+    (out / "report.html").unlink()
+    proc = subprocess.run([sys.executable, "-m", "lmstream_kit.cli", "report", str(out)],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert (out / "report.html").exists()
+
+
+def test_report_of_a_directory_that_is_no_bench_is_a_one_line_error(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "lmstream_kit.cli", "report", str(tmp_path)],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().count("\n") == 0 and str(tmp_path) in proc.stderr
+    assert Path(tmp_path).exists()

@@ -1,0 +1,28 @@
+"""The examples in the docstrings run, so they stay true."""
+
+from __future__ import annotations
+
+import doctest
+import importlib
+
+import pytest
+
+MODULES = [
+    "lmstream_kit.bench",
+    "lmstream_kit.controller",
+    "lmstream_kit.feed.spool",
+    "lmstream_kit.metrics",
+    "lmstream_kit.registry",
+    "lmstream_kit.sim",
+    "lmstream_kit.workloads.cluster_monitoring",
+    "lmstream_kit.workloads.hashing",
+    "widgets",
+]
+
+
+@pytest.mark.parametrize("name", MODULES)
+def test_docstring_examples(name):
+    module = importlib.import_module(name)
+    result = doctest.testmod(module, optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
+    assert result.attempted > 0, f"{name} has no examples"
+    assert result.failed == 0
