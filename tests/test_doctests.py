@@ -9,6 +9,7 @@ import pytest
 
 MODULES = [
     "lmstream_kit.bench",
+    "lmstream_kit.cpu",
     "lmstream_kit.controller",
     "lmstream_kit.feed.spool",
     "lmstream_kit.metrics",
