@@ -14,6 +14,7 @@ MODULES = [
     "lmstream_kit.feed.spool",
     "lmstream_kit.metrics",
     "lmstream_kit.registry",
+    "lmstream_kit.report",
     "lmstream_kit.sim",
     "lmstream_kit.workloads.cluster_monitoring",
     "lmstream_kit.workloads.hashing",

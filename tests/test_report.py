@@ -1,0 +1,553 @@
+"""Figures, tables and reports of lmstream_kit.report, on hand-made sweeps with known numbers."""
+
+from __future__ import annotations
+
+import math
+import re
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from plotly.offline import get_plotlyjs
+
+from lmstream_kit import report
+from lmstream_kit.report import (
+    build_report,
+    capacity_table,
+    claims,
+    cpu_table,
+    fig_avg_latency,
+    fig_batch_timeline,
+    fig_capacity,
+    fig_fixed_latency_growth,
+    fig_throughput,
+    pick_timeline_queries,
+    reproduction_markdown,
+    time_shares,
+    write_report,
+)
+
+KIND = {"LR1S": "sliding", "LR2S": "sliding", "LR1T": "tumbling", "CM1T": "tumbling"}
+
+
+def cell(query="LR1S", policy="lmstream", traffic="constant", rep=0, **values) -> dict:
+    """One results row with every column bench.py writes; ``values`` override the defaults."""
+    sliding = KIND.get(query, "sliding") == "sliding"
+    row = {
+        "query": query, "window_kind": "sliding" if sliding else "tumbling", "policy": policy,
+        "traffic": traffic, "rep": rep, "seed": 7 + rep, "rate": 1000.0, "speedup": 10.0,
+        "duration_s": 600.0, "slide_s": 5.0 if sliding else 0.0, "range_s": 10.0,
+        "bound_s": 0.5 if sliding else 1.0, "batches": 100, "rows": 1_000_000, "wall_s": 60.0,
+        "avg_latency_s": 0.3, "mean_max_latency_s": 0.4, "p95_max_latency_s": 0.45, "max_latency_s": 0.5,
+        "within_bound": 1.0, "throughput_rows_s": 5000.0, "sustained_rows_s": 16000.0,
+        "buffering_s": 10.0, "decision_s": 0.0, "mapping_s": 0.0, "processing_s": 10.0, "optimizer_s": 0.0,
+        "cpu_jvm_s": 6.0, "cpu_workers_s": 3.0, "cpu_kit_s": 1.0, "cpu_total_s": 10.0, "cpu_s_per_mrows": 10.0,
+        "run_dir": f"runs/{query}-{policy}-{traffic}-{rep}", "spark_version": "4.1.1",
+    }
+    row.update(values)
+    return row
+
+
+def batch_rows(query, policy, traffic, rep, latencies, rows=100, bound=0.5) -> list:
+    return [
+        {
+            "query": query, "window_kind": KIND.get(query, "sliding"), "policy": policy, "traffic": traffic,
+            "rep": rep, "batch_id": i, "t_s": float(i + 1), "max_latency_s": lat, "avg_latency_s": lat / 2,
+            "rows": rows * (i + 1), "bytes": 60 * rows * (i + 1), "buffering_s": lat / 2,
+            "processing_s": lat / 2, "bound_s": bound,
+        }
+        for i, lat in enumerate(latencies)
+    ]
+
+
+META = {
+    "command": "lmstream-kit bench --speedup 10 --repeat 2",
+    "started_at": "2026-11-22T10:00:00",
+    "finished_at": "2026-11-22T10:30:00",
+    "machine": {"cpu": "Test CPU 3000", "cores": 8, "memory_gib": 31.3, "os": "Linux"},
+    "python": "3.12.3",
+    "spark_version": "4.1.1",
+    "java_version": "17.0.9",
+    "kit_version": "0.1.0",
+    "master": "local[4]",
+    "speedup": 10.0,
+    "duration_s": 600.0,
+    "repeat": 2,
+    "rate": 1000.0,
+    "queries": ["LR1S", "LR1T"],
+    "policies": ["lmstream", "fixed", "asap"],
+    "traffic": ["constant", "random"],
+}
+
+
+def full_sweep():
+    """A small sweep with all three policies, two queries and both traffic kinds."""
+    results = pd.DataFrame(
+        [
+            cell("LR1S", "lmstream", "constant", 0, avg_latency_s=0.2, throughput_rows_s=5000.0),
+            cell("LR1S", "lmstream", "constant", 1, avg_latency_s=0.4, throughput_rows_s=5000.0),
+            cell("LR1S", "fixed", "constant", 0, avg_latency_s=1.0, throughput_rows_s=4000.0),
+            cell("LR1S", "fixed", "constant", 1, avg_latency_s=1.0, throughput_rows_s=4000.0),
+            cell("LR1S", "asap", "constant", 0, avg_latency_s=0.1, throughput_rows_s=2000.0),
+            cell("LR1T", "lmstream", "random", 0, avg_latency_s=0.5, throughput_rows_s=3000.0),
+            cell("LR1T", "fixed", "random", 0, avg_latency_s=0.625, throughput_rows_s=3000.0),
+            cell("LR1T", "asap", "random", 0, avg_latency_s=0.2, throughput_rows_s=1000.0),
+        ]
+    )
+    batches = pd.DataFrame(
+        batch_rows("LR1S", "fixed", "constant", 0, [0.5, 0.9, 1.4])
+        + batch_rows("LR1S", "fixed", "constant", 1, [9.0, 9.0, 9.0])
+        + batch_rows("LR1S", "fixed", "random", 0, [7.0, 7.0])
+        + batch_rows("LR1S", "lmstream", "constant", 0, [0.3, 0.3, 0.3])
+        + batch_rows("LR1T", "fixed", "random", 0, [0.8, 1.1], bound=1.0)
+        + batch_rows("LR1T", "lmstream", "random", 0, [0.4, 0.5], bound=1.0)
+        + batch_rows("LR1T", "lmstream", "constant", 0, [5.0, 5.0], bound=1.0)
+    )
+    capacity = pd.DataFrame(
+        [
+            {"query": "LR1S", "policy": "lmstream", "probe": 0, "rate": 1000.0, "within_bound": 1.0,
+             "passed": True, "batches": 50},
+            {"query": "LR1S", "policy": "lmstream", "probe": 1, "rate": 2000.0, "within_bound": 0.97,
+             "passed": True, "batches": 50},
+            {"query": "LR1S", "policy": "fixed", "probe": 0, "rate": 1000.0, "within_bound": 0.96,
+             "passed": True, "batches": 50},
+            {"query": "LR1S", "policy": "asap", "probe": 0, "rate": 500.0, "within_bound": 0.99,
+             "passed": True, "batches": 50},
+        ]
+    )
+    return results, batches, capacity, dict(META)
+
+
+def without_fixed(frame: pd.DataFrame) -> pd.DataFrame:
+    return frame[frame["policy"] != "fixed"].reset_index(drop=True)
+
+
+def claim_row(table: pd.DataFrame, number: str) -> pd.Series:
+    rows = table[table["claim"].str.startswith(number)]
+    assert len(rows) == 1, table["claim"].tolist()
+    return rows.iloc[0]
+
+
+# ---------------------------------------------------------------------------------------------
+# claims
+
+
+def test_claim1_latency_reduction_is_one_minus_lmstream_over_fixed_mean_latency():
+    results, _, _, _ = full_sweep()
+    row = claim_row(claims(results), "1.")
+    # LR1S constant: lmstream mean (0.2 + 0.4) / 2 = 0.3, fixed 1.0; LR1T random: 1 - 0.5 / 0.625 = 0.2
+    assert row["value"] == pytest.approx(1 - 0.3 / 1.0)
+    assert row["ours"] == "70.0% lower"
+    assert row["where"] == "LR1S (constant)"
+    assert row["agrees"] is True
+    assert "70.7%" in row["paper"]
+
+
+def test_claim1_reports_a_latency_increase_as_differing():
+    results = pd.DataFrame(
+        [cell(policy="lmstream", avg_latency_s=1.5), cell(policy="fixed", avg_latency_s=1.0)]
+    )
+    row = claim_row(claims(results), "1.")
+    assert row["value"] == pytest.approx(-0.5)
+    assert row["ours"] == "50.0% higher"
+    assert row["agrees"] is False
+
+
+def test_claim2_throughput_ratio_is_the_largest_lmstream_over_fixed():
+    results, _, _, _ = full_sweep()
+    row = claim_row(claims(results), "2.")
+    assert row["value"] == pytest.approx(5000.0 / 4000.0)
+    assert row["ours"] == "up to 1.25×"
+    assert row["where"] == "LR1S (constant)"
+    assert row["agrees"] is True
+
+
+def test_claims_compare_policies_only_at_the_same_offered_rate():
+    results = pd.DataFrame(
+        [
+            cell(policy="lmstream", rate=1000.0, avg_latency_s=0.5),
+            cell(policy="fixed", rate=1000.0, avg_latency_s=1.0),
+            # a fixed cell at another rate with a much higher latency must not be paired
+            cell(policy="fixed", rate=3000.0, avg_latency_s=100.0),
+        ]
+    )
+    assert claim_row(claims(results), "1.")["value"] == pytest.approx(0.5)
+
+
+def test_claim2b_uses_the_capacity_ratio_when_the_search_ran():
+    results, _, capacity, _ = full_sweep()
+    assert not claims(results)["claim"].str.startswith("2b").any()
+    row = claim_row(claims(results, capacity), "2b")
+    assert row["value"] == pytest.approx(2000.0 / 1000.0)
+    assert row["where"] == "LR1S"
+    assert row["agrees"] is True
+
+
+def test_claim3_is_the_lowest_within_bound_over_sliding_queries_only():
+    results = pd.DataFrame(
+        [
+            cell("LR1S", rep=0, within_bound=0.90, batches=100),
+            cell("LR1S", rep=1, within_bound=1.00, batches=100),
+            cell("LR2S", rep=0, within_bound=0.99, batches=200),
+            # tumbling: its bound is the range, not the slide, so it does not count as the worst
+            cell("LR1T", rep=0, within_bound=0.50, batches=100),
+        ]
+    )
+    row = claim_row(claims(results), "3.")
+    assert row["value"] == pytest.approx(0.95)
+    assert row["where"] == "LR1S (constant)"
+    assert row["agrees"] is True
+    # batch-weighted over every lmstream cell: (90 + 100 + 198 + 50) / 500 = 87.6%
+    assert "87.6% over all lmstream cells" in row["ours"]
+
+
+def test_claim3_differs_below_95_percent():
+    results = pd.DataFrame([cell("LR1S", within_bound=0.94)])
+    assert claim_row(claims(results), "3.")["agrees"] is False
+
+
+def test_claim4_is_the_largest_overhead_share_under_lmstream():
+    results = pd.DataFrame(
+        [
+            # 0.2 / (10 + 0.2 + 0 + 9.8 + 0) = 1%  -> not below 1%
+            cell("LR1S", buffering_s=10.0, decision_s=0.2, processing_s=9.8),
+            # (0.05 + 0.05) / 20 = 0.5%
+            cell("LR1T", buffering_s=10.0, decision_s=0.05, optimizer_s=0.05, processing_s=9.9),
+            # fixed has a large "decision" time, which must not count
+            cell("LR1T", policy="fixed", decision_s=50.0),
+        ]
+    )
+    row = claim_row(claims(results), "4.")
+    assert row["value"] == pytest.approx(0.01)
+    assert row["where"] == "LR1S"
+    assert row["agrees"] is False
+    results.loc[0, "decision_s"] = 0.1
+    row = claim_row(claims(results), "4.")
+    assert row["value"] == pytest.approx(0.1 / 19.9)
+    assert row["agrees"] is True
+
+
+def test_claims_without_fixed_say_what_is_missing():
+    results, _, _, _ = full_sweep()
+    table = claims(without_fixed(results))
+    for number in ("1.", "2."):
+        row = claim_row(table, number)
+        assert row["agrees"] is None
+        assert row["ours"] == "not in this sweep: needs the fixed policy"
+        assert math.isnan(row["value"])
+    # 3 and 4 only need lmstream
+    assert claim_row(table, "3.")["agrees"] is True
+    assert claim_row(table, "4.")["agrees"] is True
+
+
+def test_claims_of_an_empty_sweep_are_all_unmeasured():
+    table = claims(pd.DataFrame())
+    assert len(table) == 4
+    assert table["agrees"].isna().all()
+    assert table["ours"].str.startswith("not in this sweep").all()
+
+
+# ---------------------------------------------------------------------------------------------
+# tables
+
+
+def test_time_shares_match_hand_computed_percentages_and_sum_to_100():
+    results = pd.DataFrame(
+        [
+            cell("LR1S", rep=0, buffering_s=6.0, decision_s=0.5, processing_s=5.0, optimizer_s=1.0),
+            cell("LR1S", rep=1, buffering_s=2.0, decision_s=0.5, processing_s=5.0, optimizer_s=float("nan")),
+            cell("LR1T", rep=0, buffering_s=1.0, decision_s=0.0, processing_s=3.0),
+            cell("LR1S", policy="fixed", buffering_s=100.0),
+        ]
+    )
+    shares = time_shares(results).set_index("query")
+    # LR1S: buffering 8, decision 1, mapping 0, processing 10, optimizer 1 (NaN skipped) -> total 20
+    lr1s = shares.loc["LR1S"]
+    assert lr1s["buffering"] == pytest.approx(40.0)
+    assert lr1s["decision"] == pytest.approx(5.0)
+    assert lr1s["device mapping"] == 0.0
+    assert lr1s["processing"] == pytest.approx(50.0)
+    assert lr1s["blocked on optimizer"] == pytest.approx(5.0)
+    assert lr1s["overhead"] == pytest.approx(10.0)
+    assert lr1s["total_s"] == pytest.approx(20.0)
+    assert shares.loc["LR1T", "buffering"] == pytest.approx(25.0)
+    assert shares["total"].tolist() == pytest.approx([100.0, 100.0])
+    assert list(shares.columns[:5]) == [
+        "buffering", "decision", "device mapping", "processing", "blocked on optimizer",
+    ]
+
+
+def test_time_shares_keep_missing_components_as_zero_and_are_empty_without_the_policy():
+    results = pd.DataFrame([cell()]).drop(columns=["mapping_s", "optimizer_s"])
+    shares = time_shares(results)
+    assert shares.loc[0, "device mapping"] == 0.0
+    assert shares.loc[0, "blocked on optimizer"] == 0.0
+    assert time_shares(results, policy="fixed").empty
+
+
+def test_cpu_table_ratios_to_asap_at_the_same_load():
+    results = pd.DataFrame(
+        [
+            cell("LR1S", "lmstream", rep=0, cpu_s_per_mrows=6.0, cpu_jvm_s=4.0, rows=1_000_000),
+            cell("LR1S", "lmstream", rep=1, cpu_s_per_mrows=10.0, cpu_jvm_s=4.0, rows=2_000_000),
+            cell("LR1S", "fixed", cpu_s_per_mrows=12.0),
+            cell("LR1S", "asap", cpu_s_per_mrows=10.0),
+            # as costly as asap: not cheaper
+            cell("LR1S", "fixed", traffic="random", cpu_s_per_mrows=7.0),
+            cell("LR1S", "asap", traffic="random", cpu_s_per_mrows=7.0),
+            # a different offered rate: no asap cell to compare with
+            cell("LR1S", "lmstream", rate=2000.0, cpu_s_per_mrows=5.0),
+        ]
+    )
+    table = cpu_table(results)
+    same = table[(table["policy"] == "fixed") & (table["traffic"] == "random")].iloc[0]
+    assert same["vs_asap"] == 1.0
+    assert bool(same["cheaper_than_asap"]) is False
+    table = table[table["traffic"] == "constant"]
+    at = table.set_index(["policy", "rate"])
+    lm = at.loc[("lmstream", 1000.0)]
+    assert lm["cpu_s_per_mrows"] == pytest.approx(8.0)
+    assert lm["jvm_s_per_mrows"] == pytest.approx((4.0 + 2.0) / 2)
+    assert lm["reps"] == 2
+    assert lm["vs_asap"] == pytest.approx(0.8)
+    assert bool(lm["cheaper_than_asap"]) is True
+    fx = at.loc[("fixed", 1000.0)]
+    assert fx["vs_asap"] == pytest.approx(1.2)
+    assert bool(fx["cheaper_than_asap"]) is False
+    asap = at.loc[("asap", 1000.0)]
+    assert asap["vs_asap"] == pytest.approx(1.0)
+    assert pd.isna(asap["cheaper_than_asap"])
+    other = at.loc[("lmstream", 2000.0)]
+    assert math.isnan(other["vs_asap"])
+    assert pd.isna(other["cheaper_than_asap"])
+
+
+def test_capacity_picks_the_highest_passing_rate_and_ignores_a_higher_failing_one():
+    capacity = pd.DataFrame(
+        [
+            {"query": "LR1S", "policy": "lmstream", "probe": 0, "rate": 1000.0, "passed": True},
+            {"query": "LR1S", "policy": "lmstream", "probe": 1, "rate": 4000.0, "passed": False},
+            {"query": "LR1S", "policy": "lmstream", "probe": 2, "rate": 2500.0, "passed": True},
+            {"query": "LR1S", "policy": "fixed", "probe": 0, "rate": 1000.0, "passed": True},
+            {"query": "LR1S", "policy": "fixed", "probe": 1, "rate": 2000.0, "passed": False},
+            {"query": "LR1S", "policy": "asap", "probe": 0, "rate": 500.0, "passed": False},
+            {"query": "LR1T", "policy": "lmstream", "probe": 0, "rate": 800.0, "passed": True},
+        ]
+    )
+    table = capacity_table(capacity).set_index("query")
+    assert table.loc["LR1S", "capacity_lmstream"] == 2500.0
+    assert table.loc["LR1S", "probes_lmstream"] == 3
+    assert table.loc["LR1S", "capacity_fixed"] == 1000.0
+    assert math.isnan(table.loc["LR1S", "capacity_asap"])
+    assert table.loc["LR1S", "probes_asap"] == 1
+    assert table.loc["LR1S", "lmstream/fixed"] == pytest.approx(2.5)
+    assert math.isnan(table.loc["LR1S", "lmstream/asap"])
+    assert table.loc["LR1T", "probes_fixed"] == 0
+    assert math.isnan(table.loc["LR1T", "lmstream/fixed"])
+
+
+def test_capacity_without_a_passed_column_uses_the_95_percent_rule():
+    capacity = pd.DataFrame(
+        {"query": ["Q"] * 3, "policy": ["lmstream"] * 3, "rate": [100.0, 200.0, 300.0],
+         "within_bound": [1.0, 0.95, 0.94]}
+    )
+    assert capacity_table(capacity).loc[0, "capacity_lmstream"] == 200.0
+
+
+def test_capacity_table_and_figure_when_the_search_was_skipped():
+    for skipped in (None, pd.DataFrame()):
+        assert capacity_table(skipped).empty
+        assert fig_capacity(skipped) is None
+    _, _, capacity, _ = full_sweep()
+    fig = fig_capacity(capacity)
+    bars = {trace.name: list(trace.y) for trace in fig.data}
+    assert bars == {"lmstream": [2000.0], "fixed": [1000.0], "asap": [500.0]}
+
+
+# ---------------------------------------------------------------------------------------------
+# figures
+
+
+def test_fixed_latency_growth_plots_constant_rep0_per_query_with_its_bound():
+    _, batches, _, meta = full_sweep()
+    fig = fig_fixed_latency_growth(batches, meta)
+    by_name = {trace.name: trace for trace in fig.data}
+    assert list(by_name["LR1S"].y) == [0.5, 0.9, 1.4]  # constant, rep 0 (not rep 1, not random)
+    assert list(by_name["LR1S bound"].y) == [0.5, 0.5]
+    assert by_name["LR1S bound"].line.dash == "dash"
+    assert list(by_name["LR1T"].y) == [0.8, 1.1]  # only random traffic exists for LR1T
+    assert list(by_name["LR1T bound"].y) == [1.0, 1.0]
+    assert "lmstream" not in by_name
+
+
+def test_fixed_latency_growth_is_none_without_the_fixed_policy():
+    _, batches, _, meta = full_sweep()
+    assert fig_fixed_latency_growth(without_fixed(batches), meta) is None
+    assert fig_fixed_latency_growth(pd.DataFrame(), meta) is None
+
+
+def test_avg_latency_bars_are_means_over_reps_with_std_error_bars_faceted_by_traffic():
+    results, _, _, _ = full_sweep()
+    fig = fig_avg_latency(results)
+    assert [a.text for a in fig.layout.annotations] == ["constant traffic", "random traffic"]
+    lm_constant = [t for t in fig.data if t.name == "lmstream" and t.xaxis == "x"]
+    assert len(lm_constant) == 1
+    assert list(lm_constant[0].x) == ["LR1S"]
+    assert lm_constant[0].y[0] == pytest.approx(0.3)
+    assert lm_constant[0].error_y.array[0] == pytest.approx(pd.Series([0.2, 0.4]).std())
+    fixed_random = [t for t in fig.data if t.name == "fixed" and t.xaxis == "x2"]
+    assert list(fixed_random[0].y) == [0.625]
+    assert list(fixed_random[0].error_y.array) == [0.0]  # one repetition
+
+
+def test_throughput_bars_use_throughput_rows_s():
+    results, _, _, _ = full_sweep()
+    fig = fig_throughput(results)
+    asap_random = [t for t in fig.data if t.name == "asap" and t.xaxis == "x2"]
+    assert list(asap_random[0].y) == [1000.0]
+
+
+def test_policy_bars_without_data_say_so():
+    fig = fig_avg_latency(pd.DataFrame())
+    assert "no data" in fig.layout.annotations[0].text
+
+
+def test_batch_timeline_prefers_random_traffic_and_shares_the_time_axis():
+    _, batches, _, _ = full_sweep()
+    fig = fig_batch_timeline(batches, "LR1T")
+    latency = {t.name: list(t.y) for t in fig.data if t.yaxis == "y"}
+    assert latency["fixed"] == [0.8, 1.1]
+    assert latency["lmstream"] == [0.4, 0.5]  # random, not the constant [5.0, 5.0]
+    assert latency["bound (1 s)"] == [1.0, 1.0]
+    rows = {t.name: list(t.y) for t in fig.data if t.yaxis == "y2"}
+    assert rows["lmstream rows"] == [100, 200]
+    assert fig.layout.xaxis.matches == "x2" or fig.layout.xaxis2.matches == "x"
+
+
+def test_batch_timeline_falls_back_to_constant_traffic_and_is_none_for_unknown_queries():
+    _, batches, _, _ = full_sweep()
+    lr1s = batches[batches["traffic"] == "constant"]
+    fig = fig_batch_timeline(lr1s, "LR1S")
+    latency = {t.name: list(t.y) for t in fig.data if t.yaxis == "y"}
+    assert latency["fixed"] == [0.5, 0.9, 1.4]
+    assert fig_batch_timeline(batches, "CM2S") is None
+    assert fig_batch_timeline(pd.DataFrame(), "LR1S") is None
+
+
+def test_pick_timeline_queries_prefers_the_papers_queries():
+    results = pd.DataFrame([cell("LR2S"), cell("CM1T"), cell("LR1S"), cell("LR1T")])
+    assert pick_timeline_queries(results) == {"sliding": "LR1S", "tumbling": "LR1T"}
+    results = pd.DataFrame([cell("LR2S"), cell("CM1T")])
+    assert pick_timeline_queries(results) == {"sliding": "LR2S", "tumbling": "CM1T"}
+    assert pick_timeline_queries(pd.DataFrame([cell("LR2S")])) == {"sliding": "LR2S", "tumbling": None}
+
+
+# ---------------------------------------------------------------------------------------------
+# reports
+
+PLOTLY_MARKER = get_plotlyjs()[:300]
+
+CAPTION_MARKERS = ("Paper Fig. 1 ", "Paper Fig. 6 ", "Paper Fig. 7 ", "Paper Fig. 8 ", "Paper Fig. 9 ",
+                   "Paper Table IV ", "Capacity (not in the paper)")
+
+
+def test_build_report_is_one_page_with_plotlyjs_once_and_every_caption():
+    results, batches, capacity, meta = full_sweep()
+    page = build_report(results, batches, capacity, meta)
+    assert page.count("<html") == 1
+    assert page.count("</html>") == 1
+    assert page.count(PLOTLY_MARKER) == 1
+    for marker in CAPTION_MARKERS:
+        assert marker in page, marker
+    # six figures: Figs. 1, 6, 7, 8, 9 and capacity
+    assert len(re.findall(r'<div id="lmstream-fig-\d+"', page)) == 6
+    assert "not in this sweep" not in page
+    assert "Test CPU 3000" in page and "lmstream-kit bench --speedup 10 --repeat 2" in page
+    assert "10× (one wall second stands for 10 simulated seconds" in page
+    assert page == build_report(results, batches, capacity, meta)  # deterministic
+
+
+def test_build_report_escapes_strings_from_the_data():
+    results, batches, capacity, meta = full_sweep()
+    for frame in (results, batches, capacity):
+        frame.loc[frame["query"] == "LR1S", "query"] = "<b>"
+    meta["command"] = "bench --queries '<b>' && echo done"
+    page = build_report(results, batches, capacity, meta)
+    outside_plotlyjs = page.replace(get_plotlyjs(), "")
+    assert "<b>" not in outside_plotlyjs
+    assert "&lt;b&gt;" in outside_plotlyjs
+    assert "&amp;&amp; echo done" in page
+
+
+def test_figures_show_query_names_literally():
+    results, batches, _, _ = full_sweep()
+    results.loc[results["query"] == "LR1S", "query"] = "<b>"
+    batches.loc[batches["query"] == "LR1S", "query"] = "<b>"
+    # plotly reads labels as pseudo-HTML, so the name must arrive as entities to be shown as typed
+    assert list(fig_avg_latency(results).data[0].x) == ["&lt;b&gt;"]
+    assert "&lt;b&gt;" in {trace.name for trace in fig_fixed_latency_growth(batches, {}).data}
+    assert fig_batch_timeline(batches, "<b>").layout.title.text.startswith("&lt;b&gt;, sliding window")
+
+
+def test_build_report_without_fixed_notes_what_is_missing():
+    results, batches, _, meta = full_sweep()
+    page = build_report(without_fixed(results), without_fixed(batches), None, meta)
+    assert "not in this sweep: needs the fixed policy" in page
+    assert "not in this sweep: the capacity search was skipped" in page
+    assert page.count(PLOTLY_MARKER) == 1
+    assert "Paper Fig. 1 " in page
+
+
+def test_build_report_of_an_empty_sweep_embeds_no_plotlyjs():
+    page = build_report(pd.DataFrame(), pd.DataFrame(), None, {})
+    assert page.count("<html") == 1
+    assert PLOTLY_MARKER not in page
+    assert "not in this sweep: no results" in page
+
+
+def test_write_report_writes_the_page(tmp_path):
+    results, batches, capacity, meta = full_sweep()
+    path = write_report(tmp_path / "sub" / "report.html", results, batches, capacity, meta)
+    assert path == tmp_path / "sub" / "report.html"
+    assert path.read_text(encoding="utf-8") == build_report(results, batches, capacity, meta)
+
+
+def test_reproduction_markdown_has_claims_tables_and_notes():
+    results, batches, capacity, meta = full_sweep()
+    md = reproduction_markdown(results, batches, capacity, meta, notes="Spark runs on CPUs only here.")
+    lines = md.splitlines()
+    assert lines[0] == "# LMStream reproduction"
+    assert "lmstream-kit bench --speedup 10 --repeat 2" in md
+    claim_lines = [line for line in lines if line.startswith("| 1. average latency")]
+    assert len(claim_lines) == 1
+    assert "70.0% lower" in claim_lines[0] and "| agrees |" in claim_lines[0]
+    assert any(line.startswith("| 2b.") for line in lines)
+    assert any(line.startswith("| 4. overhead") for line in lines)
+    for heading in ("## Claims", "## Time shares (Table IV)", "## CPU per million rows", "## Capacity"):
+        assert heading in lines
+    assert lines[lines.index("## Where we differ and why") + 2] == "Spark runs on CPUs only here."
+    # Table IV: buffering share of LR1S is 10 / 20
+    buffering = [line for line in lines if line.startswith("| buffering |")]
+    assert buffering == ["| buffering | 50.0% | 50.0% |"]
+    # seconds to 3 significant digits: LR1T fixed average latency 0.625
+    assert "| 0.625 |" in md
+
+
+def test_reproduction_markdown_without_notes_fixed_or_capacity():
+    results, batches, _, meta = full_sweep()
+    md = reproduction_markdown(without_fixed(results), without_fixed(batches), None, meta)
+    assert "Where we differ and why" not in md
+    assert "## Capacity" not in md
+    assert "not in this sweep: needs the fixed policy | – | not measured |" in md
+
+
+def test_reproduction_markdown_escapes_table_cells():
+    results = pd.DataFrame([cell("A|<b>")])
+    md = reproduction_markdown(results, pd.DataFrame(), None, {})
+    assert "A\\|&lt;b&gt;" in md
+    assert "A|<b>" not in md
+
+
+def test_module_does_not_import_pyspark():
+    source = Path(report.__file__).read_text(encoding="utf-8")
+    assert not re.search(r"^\s*(import|from)\s+pyspark", source, re.MULTILINE)
