@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import dataclasses
+import json
 from pathlib import Path
 
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
 from lmstream_kit.feed.spool import Spool
 from lmstream_kit.live import LiveStream
+from lmstream_kit.workloads import get_workload
+from lmstream_kit.workloads.linear_road import make_position_reports
 
 pytestmark = pytest.mark.spark
 
@@ -35,13 +40,54 @@ def streamed(run: Path, **timestamp_columns: str) -> pd.DataFrame:
     return df
 
 
-def run_to_end(workload: str, run: Path, spark, **kw) -> pd.DataFrame:
-    """Stream all generated traffic through ``workload``; return the rows the feed held."""
+def run_to_end(workload, run: Path, spark, *, inspect=None, **kw) -> pd.DataFrame:
+    """Stream all generated traffic through ``workload``; return the rows the feed held.
+
+    ``inspect(stream)``, if given, is called once the feed has finished, before the stop.
+    """
     s = LiveStream(workload, policy="lmstream", speedup=10, run_dir=run, spark=spark, **kw)
     s.start()
     s.wait(until=lambda st: st.feed_finished(), timeout=180)
+    if inspect is not None:
+        inspect(s)
     s.stop()
     return Spool(run / "spool", create=False).read_table().to_pandas()
+
+
+def last_watermark(run: Path, lateness_s: int) -> int:
+    """The watermark (epoch seconds) in force in the run's last data batch.
+
+    Spark computes a batch's watermark from the rows of the batches before it,
+    so windows that end before it are closed (and emitted) by the end of the run.
+    """
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    last = max((r for r in records if r["rows"] > 0), key=lambda r: r["batch_id"])
+    before = Spool(run / "spool", create=False).read_table(0, last["start_seq"])
+    return int(pc.max(before["time"]).as_py()) - lateness_s
+
+
+def assert_same_multiset(got: pd.DataFrame, expected: pd.DataFrame, columns: list) -> None:
+    """``got`` holds exactly the rows of ``expected`` (on ``columns``), each as often."""
+    counts = got[columns].astype("int64").value_counts()
+    want = expected[columns].astype("int64").value_counts()
+    diff = counts.sub(want, fill_value=0)
+    assert (diff == 0).all(), f"streamed minus expected count per row:\n{diff[diff != 0].head(10)}"
+
+
+def window_pairs(rows: pd.DataFrame, range_s: int, slide_s: int) -> pd.DataFrame:
+    """LR1 in pandas: per window, each report L once per report A of its vehicle (L's columns)."""
+    windowed = sliding_windows(rows, range_s, slide_s)
+    a_side = windowed[["window_start", "window_end", "vehicle"]]
+    return windowed.merge(a_side, on=["window_start", "window_end", "vehicle"])
+
+
+def count_sources(sources: list):
+    """An ``inspect`` for run_to_end: records how many sources Spark planned."""
+
+    def inspect(stream) -> None:
+        sources.append(len(stream.query.lastProgress["sources"]))
+
+    return inspect
 
 
 def assert_same_windows(got, expected, *, keys, count, value, closed_before, at_least):
@@ -93,3 +139,83 @@ def test_lr2s_matches_a_batch_computation_for_every_closed_window(spark, tmp_pat
         closed_before=int(rows["time"].max()) - 5 - 20,  # watermark lag plus two slides
         at_least=50,
     )
+
+
+LR1_COLUMNS = [
+    "window_start", "window_end", "time", "vehicle", "speed", "highway", "lane", "direction",
+    "segment",
+]
+
+
+@pytest.mark.parametrize(
+    ("workload", "slide_s", "rows_per_report", "read"),
+    [("LR1S", 5, 6, "executors"), ("LR1T", 30, 1, "driver")],
+)
+def test_lr1_self_join_pairs_each_report_once_per_window_from_one_source(
+    spark, tmp_path, workload, slide_s, rows_per_report, read
+):
+    run = tmp_path / workload.lower()
+    sources: list = []
+    rows = run_to_end(
+        workload, run, spark, traffic="random", rate=40, duration_s=90, seed=7, read=read,
+        inspect=count_sources(sources),
+    )
+    # both sides of the self-join are one source: one admission, one offset range per batch
+    assert sources == [1]
+    got = streamed(run, window_start="window_start", window_end="window_end", time="timestamp")
+    # a vehicle reports every 30 s, so a report only meets itself in a 30 s window:
+    # one output row per window that holds it (and the join emits every pair, even
+    # in windows still open when the feed ends)
+    assert len(got) == rows_per_report * len(rows)
+    assert_same_multiset(got, window_pairs(rows, 30, slide_s), LR1_COLUMNS)
+
+
+def _vehicles_report_three_times_per_cycle(second, n, rng):
+    """Linear Road reports whose vehicle ids are merged by three: 3 reports per vehicle per 30 s."""
+    table = make_position_reports(second, n, rng)
+    merged = pc.divide(table["vehicle"], 3)
+    return table.set_column(table.schema.get_field_index("vehicle"), "vehicle", merged)
+
+
+def test_lr1s_joins_every_pair_of_a_vehicles_reports_in_a_window(spark, tmp_path):
+    dense = dataclasses.replace(
+        get_workload("LR1S"), name="LR1S-dense", make_rows=_vehicles_report_three_times_per_cycle
+    )
+    run = tmp_path / "lr1s-dense"
+    rows = run_to_end(dense, run, spark, traffic="constant", rate=12, duration_s=60, seed=3)
+    got = streamed(run, window_start="window_start", window_end="window_end", time="timestamp")
+    expected = window_pairs(rows, 30, 5)
+    # a window inside the fed minute holds 3 reports of each vehicle: 3 pairs per report
+    inside = "window_start >= 0 and window_end <= 60"
+    assert len(expected.query(inside)) == 3 * len(sliding_windows(rows, 30, 5).query(inside)) > 0
+    assert_same_multiset(got, expected, LR1_COLUMNS)
+
+
+@pytest.mark.parametrize(("workload", "slide_s", "duration_s"), [("CM1S", 10, 120), ("CM1T", 60, 180)])
+def test_cm1_matches_a_batch_computation_and_orders_each_batch(
+    spark, tmp_path, workload, slide_s, duration_s
+):
+    run = tmp_path / workload.lower()
+    rows = run_to_end(workload, run, spark, traffic="constant", rate=150, duration_s=duration_s, seed=9)
+    keys = ["window_start", "window_end", "category"]
+    expected = (
+        sliding_windows(rows.rename(columns={"scheduling_class": "category"}), 60, slide_s)
+        .groupby(keys)
+        .agg(totalCpu=("cpu", "sum"), events=("cpu", "size"))
+        .reset_index()
+    )
+    got = streamed(run, window_start="window_start", window_end="window_end")
+    watermark = last_watermark(run, lateness_s=5)
+    # append mode: only windows the watermark has closed, each once, with its full sum
+    assert got["window_end"].max() <= watermark
+    assert_same_windows(
+        got, expected, keys=keys, count="events", value="totalCpu",
+        closed_before=watermark - 1, at_least=7,
+    )
+    assert got["window_end"].is_monotonic_increasing, "windows close in end order, batch after batch"
+    # ORDER BY, per micro-batch: window end, then totalCpu descending (ties: category)
+    order = ["window_end", "totalCpu", "category"]
+    for path in sorted((run / "output").glob("part-*.parquet")):
+        batch = pq.read_table(path).to_pandas()
+        ordered = batch.sort_values(order, ascending=[True, False, True], kind="stable")
+        assert batch.index.equals(ordered.index), f"{path.name} is not ordered"

@@ -37,6 +37,15 @@ class Workload:
         Spark output mode of the query (``append``, ``update`` or ``complete``).
     checks : mapping
         Per-column ``(lo, hi)`` ranges that ingested user rows must satisfy.
+    time_column : str, optional
+        The input column that holds the simulated second (resumed generators
+        continue after its largest value).
+    finish_batch : callable, optional
+        ``finish_batch(batch_df) -> DataFrame``: applied to each micro-batch's
+        result DataFrame inside foreachBatch before it is written; for
+        batch-level operations Spark cannot run on a stream, such as ordering.
+        Keep it free of extra Spark jobs: each one re-runs the micro-batch's
+        plan (see :func:`lmstream_kit.workloads.cm1.order_batch`).
     """
 
     name: str
@@ -49,6 +58,7 @@ class Workload:
     output_mode: str = "append"
     checks: Mapping[str, tuple] = field(default_factory=dict)
     time_column: Optional[str] = None
+    finish_batch: Optional[Callable[[Any], Any]] = None
 
     def __post_init__(self) -> None:
         if self.slide_s < 0:
