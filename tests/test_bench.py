@@ -129,7 +129,7 @@ def test_small_sweep_through_the_cli_writes_one_row_per_cell_and_the_report(tmp_
            "--capacity-duration", "20", "--out", str(out), "--reproduction", str(tmp_path / "repro.md")]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=env)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    assert "Traceback" not in proc.stderr
+    assert "Traceback" not in proc.stderr, proc.stderr[-6000:]
     assert "sweep" in proc.stderr  # the progress bar
 
     results = pd.read_parquet(out / "results.parquet")

@@ -537,7 +537,7 @@ class DirectoryIngest:
             if bad.size:
                 lo_s, hi_s = ("-inf" if lo is None else lo), ("inf" if hi is None else hi)
                 problems.add_many(
-                    bad, lambda r, a=arr, c=col: f"column '{c}': value {_show(a[r].as_py())} is outside [{lo_s}, {hi_s}]"
+                    bad, lambda r, a=arr, c=col, l=lo_s, h=hi_s: f"column '{c}': value {_show(a[r].as_py())} is outside [{l}, {h}]"
                 )
         mask = problems.good_mask(n)
         mask_arr = pa.array(mask, type=pa.bool_())
