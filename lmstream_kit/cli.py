@@ -305,6 +305,7 @@ def _with_bench_progress(work):
     console = _console(stderr=True)
     columns = [TextColumn("[bold]{task.description:<9}"), BarColumn(), MofNCompleteColumn(),
                TextColumn("{task.fields[label]}"), TimeElapsedColumn()]
+    started = time.monotonic()
     with Progress(*columns, console=console, transient=False) as bar:
         tasks: dict = {}
 
@@ -313,6 +314,10 @@ def _with_bench_progress(work):
             if phase not in tasks:
                 tasks[phase] = bar.add_task(phase, total=event["total"], label="")
             bar.update(tasks[phase], completed=event["done"], total=event["total"], label=event["label"])
+            if not console.is_terminal:  # a log file: one plain line per step instead of a live bar
+                elapsed = time.monotonic() - started
+                click.echo(f"[{elapsed:7.0f} s] {phase} {event['done']}/{event['total']} {event['label']}",
+                           err=True)
 
         return work(progress)
 
@@ -342,7 +347,12 @@ def workloads():
 
     for name in WORKLOADS.names():
         w = WORKLOADS.get(name)
-        window = f"range {w.window_range_s:g} s, slide {w.slide_s:g} s" if w.window_range_s else f"bound {w.slide_s:g} s"
+        if not w.window_range_s:
+            window = f"bound {w.slide_s:g} s"
+        elif w.slide_s == 0:
+            window = f"tumbling {w.window_range_s:g} s"
+        else:
+            window = f"range {w.window_range_s:g} s, slide {w.slide_s:g} s"
         click.echo(f"{name:12s} {window:26s} {w.description}")
 
 

@@ -551,3 +551,18 @@ def test_reproduction_markdown_escapes_table_cells():
 def test_module_does_not_import_pyspark():
     source = Path(report.__file__).read_text(encoding="utf-8")
     assert not re.search(r"^\s*(import|from)\s+pyspark", source, re.MULTILINE)
+
+
+def test_claim2c_compares_sustained_throughput():
+    results = pd.DataFrame(
+        [
+            cell(policy="lmstream", sustained_rows_s=990.0),
+            cell(policy="fixed", sustained_rows_s=900.0),
+        ]
+    )
+    row = claim_row(claims(results), "2c")
+    assert row["value"] == pytest.approx(990.0 / 900.0)
+    assert row["ours"] == "up to 1.10×"
+    assert row["agrees"] is True
+    no_sustained = results.drop(columns=["sustained_rows_s"])
+    assert not claims(no_sustained)["claim"].str.startswith("2c").any()
