@@ -653,7 +653,10 @@ def capacity_table(capacity: pd.DataFrame | None) -> pd.DataFrame:
         other probed policy, ``capacity_<policy>`` (rows per simulated second; NaN
         when no probe passed or the policy was not probed) and ``probes_<policy>``
         (number of probes), followed by the ratios ``lmstream/fixed`` and
-        ``lmstream/asap`` of capacities (NaN when either side is missing).  Empty
+        ``lmstream/asap`` of capacities (NaN when either side is missing), and
+        ``note``, which names the capacities the search did not bracket (a lower
+        bound when no probe above the highest passing rate failed, within the
+        probe budget; "no probe passed" when even the lowest failed).  Empty
         when the search was skipped.
 
     Examples
@@ -670,7 +673,7 @@ def capacity_table(capacity: pd.DataFrame | None) -> pd.DataFrame:
         + ["lmstream/fixed", "lmstream/asap"]
     )
     if _empty(capacity) or not {"query", "policy", "rate"} <= set(capacity.columns):
-        return pd.DataFrame(columns=columns)
+        return pd.DataFrame(columns=columns + ["note"])
     frame = capacity.copy()
     if "passed" in frame.columns:
         passed = frame["passed"].map(lambda v: bool(v) if isinstance(v, (bool, np.bool_)) else v is True)
@@ -689,7 +692,23 @@ def capacity_table(capacity: pd.DataFrame | None) -> pd.DataFrame:
     for other in ("fixed", "asap"):
         denom = table[f"capacity_{other}"]
         table[f"lmstream/{other}"] = table["capacity_lmstream"] / denom.where(denom > 0)
-    return table[columns]
+    table["note"] = [_capacity_note(frame[frame["query"] == q], policies) for q in table["query"]]
+    return table[columns + ["note"]]
+
+
+def _capacity_note(probes: pd.DataFrame, policies: list) -> str:
+    """Which capacities the search did not bracket: a lower bound, or below every probe."""
+    notes = []
+    for policy in policies:
+        sub = probes[probes["policy"] == policy]
+        if sub.empty:
+            continue
+        passed = sub.loc[sub["_passed"], "_rate"]
+        if passed.empty:
+            notes.append(f"{policy} < {sub['_rate'].min():,.0f} (no probe passed)")
+        elif not (sub.loc[~sub["_passed"], "_rate"] > passed.max()).any():
+            notes.append(f"{policy} ≥ {passed.max():,.0f} (no probe above it failed)")
+    return "; ".join(notes)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -566,3 +566,18 @@ def test_claim2c_compares_sustained_throughput():
     assert row["agrees"] is True
     no_sustained = results.drop(columns=["sustained_rows_s"])
     assert not claims(no_sustained)["claim"].str.startswith("2c").any()
+
+
+def test_capacity_note_names_unbracketed_capacities():
+    cap = pd.DataFrame(
+        {
+            "query": ["Q"] * 5,
+            "policy": ["lmstream", "lmstream", "fixed", "asap", "asap"],
+            "rate": [1000.0, 2000.0, 250.0, 1000.0, 2000.0],
+            "passed": [True, True, False, True, False],
+        }
+    )
+    note = capacity_table(cap).iloc[0]["note"]
+    assert "lmstream ≥ 2,000" in note
+    assert "fixed < 250 (no probe passed)" in note
+    assert "asap" not in note  # bracketed: 1000 passed, 2000 failed
