@@ -11,6 +11,7 @@ MODULES = [
     "lmstream_kit.bench",
     "lmstream_kit.cpu",
     "lmstream_kit.controller",
+    "lmstream_kit.mapper",
     "lmstream_kit.feed.spool",
     "lmstream_kit.metrics",
     "lmstream_kit.registry",
