@@ -79,6 +79,7 @@ __all__ = [
     "DEFAULT_INFLECTION_POINT",
     "DEFAULT_TRANSITION_COST",
     "INITIAL_PREFERENCE",
+    "max_transition_cost",
     "DeviceMapper",
     "DevicePlan",
     "Operator",
@@ -340,6 +341,30 @@ def _positive(name: str, value, allow_zero: bool = False) -> float:
     return float(value)
 
 
+def _margin(op_class: str) -> float:
+    """``m_c`` of Eq. 8 from the class's initial preference."""
+    pref = INITIAL_PREFERENCE[op_class]
+    return 1.0 + (PREFERENCE_MARGIN if pref == CPU else -PREFERENCE_MARGIN if pref == GPU else 0.0)
+
+
+def max_transition_cost(base_costs: Mapping[str, float]) -> float:
+    """The largest ``t0`` that keeps the mapping monotone: ``min_c(b_c * m_c) / 2``.
+
+    >>> round(max_transition_cost(BASE_COSTS), 2)
+    0.36
+    """
+    return min(cost * _margin(c) for c, cost in base_costs.items()) / 2.0
+
+
+def _check_monotone(t0: float, base_costs: Mapping[str, float]) -> None:
+    limit = max_transition_cost(base_costs)
+    if t0 > limit:
+        raise ConfigError(
+            f"transition cost {t0:g} would let operators move from the GPU back to the CPU as "
+            f"batches grow; with these base costs it must be <= {limit:g}"
+        )
+
+
 def _known_class(op_class: str) -> str:
     if op_class not in BASE_COSTS:
         raise ConfigError(f"unknown operator class {op_class!r}; known: {', '.join(BASE_COSTS)}")
@@ -380,8 +405,11 @@ class DeviceMapper:
         self._base_costs: dict[str, float] = dict(BASE_COSTS)
         self._transition_cost = _positive("transition_cost", transition_cost, allow_zero=True)
         self._pins: dict[str, str] = {}
+        costs = dict(BASE_COSTS)
         for op_class, value in (base_costs or {}).items():
-            self.set_base_cost(op_class, value)
+            costs[_known_class(op_class)] = _positive(f"base cost of {op_class}", value)
+        _check_monotone(self._transition_cost, costs)
+        self._base_costs = costs
         for op_class, device in (pins or {}).items():
             self.pin(op_class, device)
 
@@ -398,12 +426,14 @@ class DeviceMapper:
         _known_class(op_class)
         cost = _positive(f"base cost of {op_class}", value)
         with self._lock:
+            _check_monotone(self._transition_cost, {**self._base_costs, op_class: cost})
             self._base_costs[op_class] = cost
 
     def set_transition_cost(self, value: float) -> None:
         """Set the base transition cost ``t0`` (>= 0)."""
         cost = _positive("transition_cost", value, allow_zero=True)
         with self._lock:
+            _check_monotone(cost, self._base_costs)
             self._transition_cost = cost
 
     def pin(self, op_class: str, device: str | None) -> None:
@@ -449,8 +479,7 @@ class DeviceMapper:
                                                   unmapped_reason(op.exec_name) or "no Table II class")
                 continue
             b = base[op_class]
-            pref = INITIAL_PREFERENCE[op_class]
-            margin = 1.0 + (PREFERENCE_MARGIN if pref == CPU else -PREFERENCE_MARGIN if pref == GPU else 0.0)
+            margin = _margin(op_class)
             cpu = b * r  # Eq. 7
             gpu = b * margin * r ** GPU_EXPONENT  # Eq. 8
             is_leaf = not op.children

@@ -378,3 +378,21 @@ def test_plan_summary_and_json_round_trip():
 def test_docstring_examples_run():
     result = doctest.testmod(mapper_module, optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
     assert result.attempted > 0 and result.failed == 0
+
+
+def test_parameters_that_would_break_monotonicity_are_refused_and_nothing_changes():
+    from lmstream_kit.mapper import max_transition_cost
+
+    m = DeviceMapper()
+    limit = max_transition_cost(m.snapshot()["base_costs"])
+    assert limit == pytest.approx(0.9 * 0.8 / 2)  # Scan/Sort: b = 0.8, m = 0.9
+    m.set_transition_cost(limit)
+    with pytest.raises(ConfigError, match="0.5"):
+        m.set_transition_cost(0.5)
+    assert m.snapshot()["transition_cost"] == pytest.approx(limit)
+    # lowering a base cost shrinks the limit: refused while t0 is at the old limit
+    with pytest.raises(ConfigError, match="must be <= 0.225"):
+        m.set_base_cost("Scan", 0.5)
+    assert m.snapshot()["base_costs"]["Scan"] == 0.8
+    with pytest.raises(ConfigError, match="0.4"):
+        DeviceMapper(transition_cost=0.4)
