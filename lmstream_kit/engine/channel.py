@@ -123,7 +123,10 @@ class ChannelServer:
                 except (OSError, ValueError):
                     return
         finally:
-            conn.close()
+            try:
+                conn.close()
+            except OSError:  # already closed by close() on shutdown
+                pass
 
     def _dispatch(self, request: tuple):
         kind = request[0]
