@@ -84,6 +84,15 @@ def with_event_time(stream, column: str, lateness_s: float):
     )
 
 
+def time_window(range_s: float, slide_s: float):
+    """Spark's window over ``ts``: ``range_s`` long, sliding by ``slide_s`` (0: tumbling)."""
+    from pyspark.sql import functions as F
+
+    if slide_s:
+        return F.window("ts", f"{range_s:g} seconds", f"{slide_s:g} seconds")
+    return F.window("ts", f"{range_s:g} seconds")
+
+
 def register(workload: Workload) -> Workload:
     return WORKLOADS.register(workload.name, workload)
 

@@ -29,7 +29,7 @@ concatenating the files in batch order keeps ``window_end`` non-decreasing).
 
 from __future__ import annotations
 
-from .base import Workload, register, with_event_time
+from .base import Workload, register, time_window, with_event_time
 from .cluster_monitoring import CM_CHECKS, CM_SCHEMA, make_task_events
 
 RANGE_S = 60
@@ -46,10 +46,7 @@ def _per_category(slide_s: int):
         from pyspark.sql import functions as F
 
         events = with_event_time(stream, "time", LATENESS_S)
-        if slide_s:
-            window = F.window("ts", f"{RANGE_S} seconds", f"{slide_s} seconds")
-        else:
-            window = F.window("ts", f"{RANGE_S} seconds")
+        window = time_window(RANGE_S, slide_s)
         return (
             events.groupBy(window, F.col(CATEGORY).alias("category"))
             .agg(F.sum("cpu").alias("totalCpu"), F.count("*").alias("events"))

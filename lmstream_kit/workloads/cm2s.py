@@ -9,7 +9,7 @@ window's rows are emitted once, when the watermark closes it.
 
 from __future__ import annotations
 
-from .base import Workload, register, with_event_time
+from .base import Workload, register, time_window, with_event_time
 from .cluster_monitoring import CM_CHECKS, CM_SCHEMA, make_task_events
 
 RANGE_S = 60
@@ -24,7 +24,7 @@ def build_query(stream):
     events = with_event_time(stream, "time", LATENESS_S)
     return (
         events.where(F.col("event_type") == SCHEDULE)
-        .groupBy(F.window("ts", f"{RANGE_S} seconds", f"{SLIDE_S} seconds"), "job_id")
+        .groupBy(time_window(RANGE_S, SLIDE_S), "job_id")
         .agg(F.avg("cpu").alias("avgCpu"), F.count("*").alias("tasks"))
         .select(
             F.col("window.start").alias("window_start"),

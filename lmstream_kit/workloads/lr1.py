@@ -52,7 +52,7 @@ produces none.
 
 from __future__ import annotations
 
-from .base import Workload, register, with_event_time
+from .base import Workload, register, time_window, with_event_time
 from .linear_road import LR_CHECKS, LR_SCHEMA, make_position_reports
 
 RANGE_S = 30
@@ -70,10 +70,7 @@ def _window_join(slide_s: int):
         from pyspark.sql import functions as F
 
         reports = with_event_time(stream, "time", LATENESS_S)
-        if slide_s:
-            window = F.window("ts", f"{RANGE_S} seconds", f"{slide_s} seconds")
-        else:
-            window = F.window("ts", f"{RANGE_S} seconds")
+        window = time_window(RANGE_S, slide_s)
         # the window must be the only event-time column (ts would be a second)
         reports = reports.select(window.alias("window"), "time", *REPORT_COLUMNS)
         # renamed, not aliased: sides with no attribute in common stay on one

@@ -10,7 +10,7 @@ append mode: each window's rows are emitted once, when the watermark closes it.
 
 from __future__ import annotations
 
-from .base import Workload, register, with_event_time
+from .base import Workload, register, time_window, with_event_time
 from .linear_road import LR_CHECKS, LR_SCHEMA, make_position_reports
 
 RANGE_S = 30
@@ -24,7 +24,7 @@ def build_query(stream):
 
     reports = with_event_time(stream, "time", LATENESS_S)
     per_segment = reports.groupBy(
-        F.window("ts", f"{RANGE_S} seconds", f"{SLIDE_S} seconds"),
+        time_window(RANGE_S, SLIDE_S),
         "highway",
         "direction",
         "segment",
