@@ -69,6 +69,7 @@ from __future__ import annotations
 import json
 import math
 import threading
+import time
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 
@@ -140,6 +141,8 @@ _EXEC_CLASSES: Mapping[str, str] = {
     "ExpandExec": "Expand",
     "FileSourceScanExec": "Scan",
     "BatchScanExec": "Scan",
+    "MicroBatchScanExec": "Scan",  # a streaming source's micro-batch (DataSource V2)
+    "ContinuousScanExec": "Scan",
     "InMemoryTableScanExec": "Scan",
     "LocalTableScanExec": "Scan",
     "RDDScanExec": "Scan",
@@ -150,6 +153,8 @@ _PYTHON_EXECS = frozenset({
     "ArrowEvalPythonExec", "BatchEvalPythonExec", "FlatMapGroupsInPandasExec", "PythonMapInArrowExec",
     "MapInPandasExec", "FlatMapCoGroupsInPandasExec", "AggregateInPandasExec", "WindowInPandasExec",
     "FlatMapGroupsInPandasWithStateExec", "AttachDistributedSequenceExec",
+    # Spark 4.1 names of the Arrow-based execs
+    "ArrowAggregatePythonExec", "ArrowWindowPythonExec", "MapInArrowExec",
 })
 _STREAMING_EXECS = frozenset({
     "StateStoreSaveExec", "StateStoreRestoreExec", "StreamingSymmetricHashJoinExec",
@@ -405,6 +410,7 @@ class DeviceMapper:
         self._base_costs: dict[str, float] = dict(BASE_COSTS)
         self._transition_cost = _positive("transition_cost", transition_cost, allow_zero=True)
         self._pins: dict[str, str] = {}
+        self._changes: list[dict] = []
         costs = dict(BASE_COSTS)
         for op_class, value in (base_costs or {}).items():
             costs[_known_class(op_class)] = _positive(f"base cost of {op_class}", value)
@@ -412,13 +418,20 @@ class DeviceMapper:
         self._base_costs = costs
         for op_class, device in (pins or {}).items():
             self.pin(op_class, device)
+        self._changes.clear()  # the constructor's values are not live changes
 
     # -- parameters (each write and each map() read holds the lock) ------------------------------
 
-    def set_inflection_point(self, nbytes: float) -> None:
-        """Set the inflection point in bytes (> 0)."""
+    def set_inflection_point(self, nbytes: float, *, record: bool = True) -> None:
+        """Set the inflection point in bytes (> 0).
+
+        ``record=False`` is for the online optimizer, whose every step is already in the
+        batch's ``inflection_point``; a person's change is recorded (:meth:`pop_changes`).
+        """
         value = _positive("inflection_point", nbytes)
         with self._lock:
+            if record:
+                self._record("inflection_point", self._inflection_point, value)
             self._inflection_point = value
 
     def set_base_cost(self, op_class: str, value: float) -> None:
@@ -427,6 +440,7 @@ class DeviceMapper:
         cost = _positive(f"base cost of {op_class}", value)
         with self._lock:
             _check_monotone(self._transition_cost, {**self._base_costs, op_class: cost})
+            self._record(f"base_cost.{op_class}", self._base_costs[op_class], cost)
             self._base_costs[op_class] = cost
 
     def set_transition_cost(self, value: float) -> None:
@@ -434,6 +448,7 @@ class DeviceMapper:
         cost = _positive("transition_cost", value, allow_zero=True)
         with self._lock:
             _check_monotone(cost, self._base_costs)
+            self._record("transition_cost", self._transition_cost, cost)
             self._transition_cost = cost
 
     def pin(self, op_class: str, device: str | None) -> None:
@@ -442,10 +457,30 @@ class DeviceMapper:
         if device is not None and device not in DEVICES:
             raise ConfigError(f"pin device must be 'CPU', 'GPU' or None, got {device!r}")
         with self._lock:
+            self._record(f"pin.{op_class}", self._pins.get(op_class), device)
             if device is None:
                 self._pins.pop(op_class, None)
             else:
                 self._pins[op_class] = device
+
+    def _record(self, param: str, old, new) -> None:
+        # called with the lock held; unchanged values are not changes
+        if old != new:
+            self._changes.append({"param": f"mapper.{param}", "old": old, "value": new, "at": time.time()})
+
+    def pop_changes(self) -> list[dict]:
+        """The parameter changes since the last call (``param``, ``old``, ``value``, ``at``).
+
+        The stream records them with the id of the batch they first apply to.
+
+        >>> m = DeviceMapper()
+        >>> m.set_transition_cost(0.2); m.set_transition_cost(0.2)
+        >>> [(c["param"], c["old"], c["value"]) for c in m.pop_changes()], m.pop_changes()
+        ([('mapper.transition_cost', 0.1, 0.2)], [])
+        """
+        with self._lock:
+            changes, self._changes = self._changes, []
+        return changes
 
     def snapshot(self) -> dict:
         """The current parameters as a plain dict."""

@@ -11,6 +11,8 @@ MODULES = [
     "lmstream_kit.bench",
     "lmstream_kit.cpu",
     "lmstream_kit.controller",
+    "lmstream_kit.devices",
+    "lmstream_kit.engine.plan",
     "lmstream_kit.mapper",
     "lmstream_kit.feed.spool",
     "lmstream_kit.metrics",
