@@ -538,8 +538,9 @@ def time_shares(results: pd.DataFrame, policy: str = "lmstream") -> pd.DataFrame
 
     The five components (``buffering_s``, ``decision_s``, ``mapping_s``,
     ``processing_s``, ``optimizer_s``) are summed over the policy's repetitions,
-    traffic kinds and rates; a missing component counts as 0 (mapping and the
-    optimizer stay 0 until the GPU device mapper exists) and NaN is skipped.
+    traffic kinds and rates; a missing component counts as 0 and NaN is skipped.
+    Device mapping and optimizer waits happen inside a batch's ``processing_s``,
+    so the processing share is ``processing_s`` minus those two.
 
     Returns
     -------
@@ -572,6 +573,10 @@ def time_shares(results: pd.DataFrame, policy: str = "lmstream") -> pd.DataFrame
             seconds[label] = pd.to_numeric(sub[col], errors="coerce").to_numpy(dtype=float)
         else:
             seconds[label] = 0.0
+    # the stream spends device mapping and optimizer waits inside a batch's processing time
+    inside = seconds[TIME_COMPONENTS["mapping_s"]].fillna(0) + seconds[TIME_COMPONENTS["optimizer_s"]].fillna(0)
+    proc = TIME_COMPONENTS["processing_s"]
+    seconds[proc] = (seconds[proc] - inside).clip(lower=0.0)
     summed = seconds.groupby("query", sort=False, dropna=False)[labels].sum(min_count=0)
     total_s = summed.sum(axis=1)
     shares = summed.div(total_s.where(total_s > 0), axis=0) * 100.0

@@ -16,6 +16,8 @@ MODULES = [
     "lmstream_kit.mapper",
     "lmstream_kit.feed.spool",
     "lmstream_kit.metrics",
+    "lmstream_kit.optimizer",
+    "lmstream_kit.rapids",
     "lmstream_kit.registry",
     "lmstream_kit.report",
     "lmstream_kit.sim",

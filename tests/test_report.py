@@ -254,21 +254,23 @@ def test_claims_of_an_empty_sweep_are_all_unmeasured():
 def test_time_shares_match_hand_computed_percentages_and_sum_to_100():
     results = pd.DataFrame(
         [
-            cell("LR1S", rep=0, buffering_s=6.0, decision_s=0.5, processing_s=5.0, optimizer_s=1.0),
+            cell("LR1S", rep=0, buffering_s=6.0, decision_s=0.5, mapping_s=1.0, processing_s=6.0,
+                 optimizer_s=1.0),
             cell("LR1S", rep=1, buffering_s=2.0, decision_s=0.5, processing_s=5.0, optimizer_s=float("nan")),
             cell("LR1T", rep=0, buffering_s=1.0, decision_s=0.0, processing_s=3.0),
             cell("LR1S", policy="fixed", buffering_s=100.0),
         ]
     )
     shares = time_shares(results).set_index("query")
-    # LR1S: buffering 8, decision 1, mapping 0, processing 10, optimizer 1 (NaN skipped) -> total 20
+    # LR1S: buffering 8, decision 1, mapping 1, optimizer 1 (NaN skipped), processing 11 of which
+    # mapping and optimizer waits are 2 -> processing 9, total 20
     lr1s = shares.loc["LR1S"]
     assert lr1s["buffering"] == pytest.approx(40.0)
     assert lr1s["decision"] == pytest.approx(5.0)
-    assert lr1s["device mapping"] == 0.0
-    assert lr1s["processing"] == pytest.approx(50.0)
+    assert lr1s["device mapping"] == pytest.approx(5.0)
+    assert lr1s["processing"] == pytest.approx(45.0)
     assert lr1s["blocked on optimizer"] == pytest.approx(5.0)
-    assert lr1s["overhead"] == pytest.approx(10.0)
+    assert lr1s["overhead"] == pytest.approx(15.0)
     assert lr1s["total_s"] == pytest.approx(20.0)
     assert shares.loc["LR1T", "buffering"] == pytest.approx(25.0)
     assert shares["total"].tolist() == pytest.approx([100.0, 100.0])
