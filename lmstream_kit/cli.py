@@ -15,6 +15,7 @@ from typing import Optional
 
 import click
 
+from .devices import DEVICE_MODES
 from .exceptions import KitError
 
 EPILOG = """\b
@@ -80,7 +81,12 @@ def cli() -> None:
 @click.option("--master", default="local[2]", show_default=True, help="Spark master: local[N] or spark://host:port.")
 @click.option("--read", "read_mode", default="auto", show_default=True, type=click.Choice(["auto", "driver", "executors"]), help="Where batches are read: in the driver (no Python task per batch) or on executors; auto = driver for local masters.")
 @click.option("--output", default="parquet", show_default=True, type=click.Choice(["parquet", "noop"]), help="Write query results to RUN/output, or drop them.")
-def run(workload, traffic, rate, spread, policy, trigger_s, slide_s, tumbling, duration, speedup, seed, out, input_dir, spool, master, read_mode, output):
+@click.option("--device-mode", default="auto", show_default=True, type=click.Choice(DEVICE_MODES), help="Carry out each batch's CPU/GPU plan with RAPIDS confs, the cudf/pandas twin executor, or record it only (advisory); auto picks the first that works.")
+@click.option("--inflection-point", default=None, type=float, help="Device mapper's inflection point, bytes per partition [default: 153600 = 150 KiB].")
+@click.option("--optimizer/--no-optimizer", default=None, help="Re-tune the inflection point online [default: on for --policy lmstream].")
+@click.option("--conf", "confs", multiple=True, metavar="KEY=VALUE", help="Extra Spark conf (repeatable), e.g. --conf spark.plugins=com.nvidia.spark.SQLPlugin.")
+@click.option("--jars", default=None, help="Comma-separated jars for Spark (spark.jars), e.g. the RAPIDS Accelerator jar.")
+def run(workload, traffic, rate, spread, policy, trigger_s, slide_s, tumbling, duration, speedup, seed, out, input_dir, spool, master, read_mode, output, device_mode, inflection_point, optimizer, confs, jars):
     """Run a stream under an admission policy and record its metrics.
 
     Shows a live progress line (batches, rows, current maximum latency) and a
@@ -117,6 +123,10 @@ def run(workload, traffic, rate, spread, policy, trigger_s, slide_s, tumbling, d
         slide_s=slide_s,
         output=output,
         read=read_mode,
+        spark_conf=_spark_conf(confs, jars),
+        device_mode=device_mode,
+        mapper={"inflection_point": inflection_point} if inflection_point is not None else None,
+        optimizer=optimizer,
     )
     click.echo(
         f"lmstream-kit: {stream.workload.name} under {stream.policy.name}, "
@@ -125,6 +135,7 @@ def run(workload, traffic, rate, spread, policy, trigger_s, slide_s, tumbling, d
     )
     click.echo("starting Spark ...")
     stream.start()
+    click.echo(f"device mode: {stream.device_mode.mode} ({stream.device_mode.reason})")
     interrupted = False
     try:
         _progress(stream, duration=duration, watch_input=input_dir is not None)
@@ -136,6 +147,19 @@ def run(workload, traffic, rate, spread, policy, trigger_s, slide_s, tumbling, d
             click.echo("draining pending datasets and stopping ...")
         summary = stream.stop(drain=not interrupted)
     _summary_table(stream, summary)
+
+
+def _spark_conf(confs, jars) -> dict:
+    """``--conf KEY=VALUE`` options (and ``--jars``) as a dict; a malformed one is a user error."""
+    out = {}
+    for item in confs:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise KitError(f"--conf must be KEY=VALUE, got {item!r}")
+        out[key.strip()] = value
+    if jars:
+        out["spark.jars"] = jars
+    return out
 
 
 def _progress(stream, *, duration: float, watch_input: bool) -> None:
@@ -194,6 +218,21 @@ def _summary_table(stream, summary: dict) -> None:
     ]
     if "within_bound" in summary:
         rows.append(("batches within the bound", _fmt(100 * summary["within_bound"], " %", 1)))
+    placed = [r for r in stream.records if r.get("device_plan")]
+    if placed and stream.device_mode is not None:
+        last = placed[-1]
+        rows.append(("device mode", stream.device_mode.mode + (
+            f" ({stream.device_mode.gpu_backend})" if stream.device_mode.gpu_backend else "")))
+        rows.append(("last device plan", f"{last['gpu_ops']} GPU ops at "
+                     f"{last['partition_bytes'] / 1024:,.0f} KiB per partition"))
+        rows.append(("inflection point: first / last", f"{placed[0]['inflection_point'] / 1024:,.0f} / "
+                     f"{last['inflection_point'] / 1024:,.0f} KiB"))
+        mapping = sum(r.get("mapping_s") or 0.0 for r in placed)
+        blocked = sum(r.get("optimizer_s") or 0.0 for r in placed)
+        processing = sum(r.get("processing_s") or 0.0 for r in placed)
+        if processing > 0:
+            rows.append(("device mapping + optimizer wait", _fmt(100 * (mapping + blocked) / processing,
+                                                                 " % of processing", 3)))
     for name, value in rows:
         table.add_row(name, value)
     console = _console()
@@ -256,8 +295,12 @@ def compare(run_dirs):
 @click.option("--format", "results_format", default="parquet", show_default=True, type=click.Choice(["parquet", "csv"]), help="Format of results.")
 @click.option("--reproduction", default=None, type=click.Path(path_type=Path), help="Also write the reproduction report (Markdown) here.")
 @click.option("--notes", default=None, type=click.Path(exists=True, dir_okay=False, path_type=Path), help="Markdown appended to the reproduction report under 'Where we differ and why'.")
+@click.option("--device-mode", default="advisory", show_default=True, type=click.Choice(DEVICE_MODES), help="Device mode of every stream (see `run --help`).")
+@click.option("--optimizer/--no-optimizer", default=None, help="Re-tune the inflection point online [default: on for the lmstream policy].")
+@click.option("--conf", "confs", multiple=True, metavar="KEY=VALUE", help="Extra Spark conf (repeatable).")
+@click.option("--jars", default=None, help="Comma-separated jars for Spark (spark.jars).")
 @click.option("--out", "out", required=True, type=click.Path(path_type=Path), help="Bench directory.")
-def bench(queries, policies, traffic, duration, repeat, speedup, rate, spread, seed, trigger_s, warmup_s, capacity, capacity_duration, capacity_start, capacity_probes, output, master, results_format, reproduction, notes, out):
+def bench(queries, policies, traffic, duration, repeat, speedup, rate, spread, seed, trigger_s, warmup_s, capacity, capacity_duration, capacity_start, capacity_probes, output, master, results_format, reproduction, notes, device_mode, optimizer, confs, jars, out):
     """Run queries x policies x traffic and write results.parquet and report.html.
 
     Every cell runs to the end of its traffic on one SparkSession; the same
@@ -272,6 +315,7 @@ def bench(queries, policies, traffic, duration, repeat, speedup, rate, spread, s
         speedup=speedup, rate=rate, spread=spread, seed=seed, trigger_s=trigger_s, warmup_s=warmup_s,
         capacity=capacity, capacity_duration_s=capacity_duration, capacity_start=capacity_start,
         capacity_probes=capacity_probes, output=output, master=master, results_format=results_format,
+        spark_conf=_spark_conf(confs, jars), device_mode=device_mode, optimizer=optimizer,
     )
     notes_text = notes.read_text() if notes is not None else None
     result = _with_bench_progress(

@@ -17,6 +17,7 @@ recorded in that batch's metrics record (``changes``).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import platform
 import threading
@@ -42,6 +43,8 @@ from .metrics import (
     summarize,
     write_run_info,
 )
+from .devices import DeviceMode, PlanCache, check_device_mode, resolve_device_mode
+from .mapper import DeviceMapper, DevicePlan
 from .policies import get_policy
 from .workloads import Workload, get_workload
 
@@ -58,6 +61,7 @@ class _Admission:
     polls: int = 0
     decision_s: float = 0.0
     changes: list = field(default_factory=list)
+    placement: Optional[dict] = None  # rapids: the plan applied when the batch was admitted
 
 
 def _positive(name: str, value, *, allow_none: bool = False):
@@ -115,6 +119,19 @@ class LiveStream:
         ``warmup=1``: it does not learn from the first data batch).
     output : {"parquet", "noop"}
         Write each batch's result to ``run_dir/output`` or drop it.
+    device_mode : {"auto", "advisory", "rapids", "twin"}
+        How the device plan of each micro-batch is carried out (see
+        :mod:`lmstream_kit.devices`): RAPIDS confs on the query's session, the
+        cudf/pandas twin executor in the driver, or recorded only (advisory).
+        ``auto`` picks rapids, then twin on cudf, then advisory.
+    mapper : DeviceMapper or dict, optional
+        The device mapper (or its keyword parameters); its setters act live.
+    optimizer : bool, dict or InflectionOptimizer, optional
+        The online inflection-point optimizer (or its keyword parameters);
+        ``False`` turns it off.  Default: on for the ``lmstream`` policy.
+    plan_cache : bool
+        Cache the operator DAG per query shape (default); ``False`` extracts it
+        from Spark's plan every batch (for the planning-cost benchmark).
     read : {"auto", "driver", "executors"}
         Where batches are read from the spool (see :mod:`lmstream_kit.engine.source`):
         ``driver`` avoids a Python task per batch (~0.3-0.5 s here) and suits
@@ -152,6 +169,10 @@ class LiveStream:
         partitions: int = 2,
         spark_conf: Optional[dict] = None,
         name: Optional[str] = None,
+        device_mode: str = "auto",
+        mapper: Union[None, dict, DeviceMapper] = None,
+        optimizer: Union[None, bool, dict, Any] = None,
+        plan_cache: bool = True,
     ) -> None:
         self.workload = workload if isinstance(workload, Workload) else get_workload(workload)
         self.policy = get_policy(policy, trigger_s=trigger_s)
@@ -195,6 +216,27 @@ class LiveStream:
         self.gate = self.policy.make_gate(
             slide_s=self.slide_s / self.speedup, controller_params=controller_params
         )
+        self._requested_device_mode = check_device_mode(device_mode)
+        self.device_mode: Optional[DeviceMode] = None  # resolved in start()
+        self.mapper = mapper if isinstance(mapper, DeviceMapper) else DeviceMapper(**(mapper or {}))
+        if optimizer is None:
+            optimizer = self.policy.uses_controller
+        if optimizer is False:
+            self.optimizer = None
+        elif optimizer is True or isinstance(optimizer, dict):
+            from .optimizer import InflectionOptimizer
+
+            extra = optimizer if isinstance(optimizer, dict) else {}
+            params = {"initial": self.mapper.snapshot()["inflection_point"], **extra}
+            params.setdefault("target_latency_s", self._optimizer_target())
+            self.optimizer = InflectionOptimizer(**params)
+        else:
+            self.optimizer = optimizer
+        self.plan_cache = PlanCache(enabled=plan_cache)
+        self._twin = None
+        self._twin_program = None
+        self._stream_session = None
+        self._rapids_applied: dict = {}
         self._external_spark = spark
         self.spark = spark
         self.query = None
@@ -268,6 +310,30 @@ class LiveStream:
             raise ConfigError(f"policy {self.policy.name!r} has no latency bound to change")
         self.controller.set_slide(float(slide_s) / self.speedup)
         self.slide_s = float(slide_s)
+        if self.optimizer is not None:
+            self.optimizer.set_target_latency(self._optimizer_target())
+
+    def _optimizer_target(self) -> Optional[float]:
+        """The optimizer's target latency (wall s): the slide, or None for the tumbling mean."""
+        return self.slide_s / self.speedup if self.slide_s > 0 else None
+
+    def set_inflection_point(self, nbytes: float) -> None:
+        """Set the inflection point by hand (bytes); it freezes the optimizer until :meth:`release_optimizer`."""
+        if self.optimizer is not None:
+            self.optimizer.set_inflection_point(nbytes)
+        self.mapper.set_inflection_point(nbytes)
+
+    def freeze_optimizer(self) -> None:
+        """Keep the current inflection point (the optimizer stops proposing)."""
+        if self.optimizer is None:
+            raise ConfigError("this stream runs without the inflection-point optimizer")
+        self.optimizer.freeze()
+
+    def release_optimizer(self) -> None:
+        """Let the optimizer tune the inflection point again."""
+        if self.optimizer is None:
+            raise ConfigError("this stream runs without the inflection-point optimizer")
+        self.optimizer.release()
 
     def set_rate_scale(self, factor: float) -> None:
         """Scale the offered traffic rate of the running generator."""
@@ -315,6 +381,13 @@ class LiveStream:
         if self.read_mode == "auto":
             master = self.spark.sparkContext.master
             self.read_mode = "driver" if master.startswith("local") else "executors"
+        try:
+            self.device_mode = self._resolve_device_mode()
+            if self.device_mode.mode == "twin":
+                self._start_twin(committed)
+        except BaseException:
+            self._teardown()
+            raise
         self._listener = ProgressListener(self._on_progress)
         self.spark.streams.addListener(self._listener)
         self._resumed = resume is not None
@@ -323,11 +396,21 @@ class LiveStream:
             previous,
             spark_version=spark_version(),
             resumed_from_seq=resume,
+            **self.device_mode.to_dict(),
+            mapper=self.mapper.snapshot(),
+            optimizer=self.optimizer is not None,
+            plan_cache=self.plan_cache.enabled,
         )
+        query_workload = self.workload
+        if self.device_mode.mode == "twin":
+            # Spark runs the stream (offsets, checkpoint, admission); the twin runs the query
+            query_workload = dataclasses.replace(
+                self.workload, build_query=lambda stream: stream, output_mode="append", finish_batch=None
+            )
         try:
             self.query = start_query(
                 self.spark,
-                workload=self.workload,
+                workload=query_workload,
                 source_options={
                     "spool": self.spool.uri,
                     "channel": f"127.0.0.1:{self._channel.port}",
@@ -345,6 +428,36 @@ class LiveStream:
             raise
         self._listener.query_id = str(self.query.id)
         return self
+
+    def _resolve_device_mode(self) -> DeviceMode:
+        requested = self._requested_device_mode
+        rapids_loaded = False
+        if requested in ("auto", "rapids"):
+            from .engine.rapids import plugin_loaded
+
+            rapids_loaded = plugin_loaded(self.spark)
+        twin_available, cudf_ok, cudf_reason = False, False, ""
+        if requested in ("auto", "twin"):
+            from .twin import twin_program
+
+            twin_available = twin_program(self.workload.name) is not None
+            if twin_available:
+                from .twin.backends import cudf_available
+
+                cudf_ok, cudf_reason = cudf_available()
+        return resolve_device_mode(
+            requested, rapids_loaded=rapids_loaded, twin_available=twin_available,
+            cudf_ok=cudf_ok, cudf_reason=cudf_reason, workload=self.workload.name,
+        )
+
+    def _start_twin(self, committed: Optional[int]) -> None:
+        from .twin import TwinExecutor, twin_program
+
+        self._twin_program = twin_program(self.workload.name)
+        self._twin = TwinExecutor(self._twin_program, gpu_backend=self.device_mode.gpu_backend)
+        saved = _load_twin_state(self.run_dir, committed)
+        if saved is not None:
+            self._twin.load_state(saved)
 
     def _start_feed(self) -> None:
         """Start the generator or the ingest adapter, once.
@@ -455,6 +568,9 @@ class LiveStream:
             pop = getattr(self.gate, "pop_changes", None)
             if pop is not None:
                 changes.extend(_change_dicts(pop()))
+            placement = None
+            if self.device_mode is not None and self.device_mode.mode == "rapids":
+                placement = self._place_at_admission(pending)
             self._admissions[end] = _Admission(
                 start=base,
                 end=end,
@@ -464,6 +580,7 @@ class LiveStream:
                 polls=self._polls,
                 decision_s=self._decision_s,
                 changes=changes,
+                placement=placement,
             )
             self._polls, self._decision_s = 0, 0.0
             self._admitted_end = end
@@ -480,6 +597,116 @@ class LiveStream:
     def on_commit(self, end: int) -> None:
         return None
 
+    # ------------------------------------------------------------------ device placement
+    def _plan_key(self):
+        return ("spark", self.workload.name)
+
+    def _next_inflection_point(self, batch_id: int) -> tuple[float, float]:
+        """The inflection point for the next batch, and the seconds spent waiting for the optimizer."""
+        if self.optimizer is None:
+            return self.mapper.snapshot()["inflection_point"], 0.0
+        value = self.optimizer.next_inflection_point(batch_id)
+        blocked = self.optimizer.pop_blocked_s()
+        self.mapper.set_inflection_point(value, record=False)
+        return value, blocked
+
+    def _map(self, dag, nbytes: int, batch_id: int) -> dict:
+        """Map ``dag`` for a batch of ``nbytes``; the record fields of the placement."""
+        t0 = time.perf_counter()
+        inflection_point, blocked = self._next_inflection_point(batch_id)
+        partition_bytes = max(1.0, nbytes / max(1, self.partitions))
+        plan = self.mapper.map(dag, partition_bytes)
+        return {
+            "plan": plan,
+            "inflection_point": inflection_point,
+            "partition_bytes": partition_bytes,
+            "optimizer_s": blocked,
+            "map_s": time.perf_counter() - t0 - blocked,
+        }
+
+    def _apply_rapids(self, plan: DevicePlan, session) -> dict:
+        from .engine.rapids import apply_confs
+        from .rapids import rapids_confs
+
+        confs = rapids_confs(plan)
+        before = dict(self._rapids_applied)
+        self._rapids_applied = apply_confs(session, confs.confs, before)
+        changed = sorted(k for k, v in self._rapids_applied.items() if before.get(k) != v)
+        return {"rapids_confs_set": len(changed), "rapids_conflicts": len(confs.conflicts) or None}
+
+    def _place_at_admission(self, pending) -> Optional[dict]:
+        """RAPIDS: Spark plans the batch right after this admission, so its confs go on now."""
+        dag = self.plan_cache.peek(self._plan_key())
+        if dag is None or self._stream_session is None:
+            return None  # the first data batch: no DAG yet; it is placed when it runs
+        nbytes = sum(int(d.nbytes) for d in pending)
+        t0 = time.perf_counter()
+        placed = self._map(dag, nbytes, len(self._records))
+        placed.update(self._apply_rapids(placed["plan"], self._stream_session))
+        placed["map_s"] = time.perf_counter() - t0 - placed["optimizer_s"]
+        placed["applied"] = True
+        return placed
+
+    def _place_batch(self, batch_df, batch_id: int, nbytes: int, admission) -> dict:
+        """Place this batch's operators; returns the metrics fields (and ``plan``)."""
+        mode = self.device_mode.mode if self.device_mode else "advisory"
+        fields: dict[str, Any] = {"device_mode": mode}
+        placed = admission.placement if admission is not None else None
+        planning_s, hit = 0.0, None
+        if placed is None:
+            t0 = time.perf_counter()
+            if mode == "twin":
+                dag, hit = self._twin_program.dag, True
+            else:
+                from .engine.plan import streaming_plan_dag
+
+                dag, hit, planning_s = self.plan_cache.get(
+                    self._plan_key(), lambda: streaming_plan_dag(self.query)
+                )
+            placed = self._map(dag, nbytes, batch_id)
+            if mode == "rapids":
+                # the batch is planned already: these confs are in force from the next batch
+                placed.update(self._apply_rapids(placed["plan"], batch_df.sparkSession))
+                placed["applied"] = False
+            placed["map_s"] = time.perf_counter() - t0 - placed["optimizer_s"] - planning_s
+        else:
+            hit = True
+        plan: DevicePlan = placed["plan"]
+        fields.update(
+            inflection_point=placed["inflection_point"],
+            partition_bytes=placed["partition_bytes"],
+            device_plan=plan.to_json(),
+            gpu_ops=sum(1 for d in plan.devices if d == "GPU"),
+            plan_cache="hit" if hit else "miss",
+            planning_s=planning_s,
+            mapping_s=placed["map_s"] + planning_s,
+            optimizer_s=placed["optimizer_s"],
+        )
+        for key in ("rapids_confs_set", "rapids_conflicts"):
+            if key in placed:
+                fields[key] = placed[key]
+        if mode == "rapids":
+            fields["plan_applied"] = bool(placed.get("applied"))
+        fields["plan"] = plan
+        return fields
+
+    def _run_twin(self, span, batch_id: int, plan: Optional[DevicePlan], output_dir) -> tuple[int, dict]:
+        from .engine.stream import write_table
+
+        if span and span[1] > span[0]:
+            table = self.spool.read_table(span[0], span[1])
+        else:
+            table = self.workload.schema.empty_table()
+        result = self._twin.process(table, batch_id, plan)
+        out_rows = write_table(result.table, output_dir, batch_id)
+        if span:
+            _save_twin_state(self.run_dir, span[1], self._twin.state_dict())
+        return out_rows, {
+            "twin_s": float(sum(result.op_seconds.values())),
+            "twin_transitions": int(result.transitions),
+            "twin_backend": self.device_mode.gpu_backend,
+        }
+
     # ------------------------------------------------------------------ Spark callbacks
     def _on_batch(self, batch_df, batch_id: int) -> None:
         from .engine.stream import write_output
@@ -493,10 +720,23 @@ class LiveStream:
                 if end > self._completed_end or (start == end == self._completed_end):
                     span = (start, end)
             admission = self._admissions.pop(span[1], None) if span and span[1] > span[0] else None
+        twin_fields: dict = {}
         try:
+            if self._stream_session is None:
+                self._stream_session = batch_df.sparkSession
+            datasets = self.spool.datasets(span[0], span[1]) if span else []
+            nbytes = sum(int(d.nbytes) for d in datasets)
+            if nbytes > 0:
+                device = self._place_batch(batch_df, batch_id, nbytes, admission)
+            else:  # no data (e.g. Spark's no-data batch that closes windows): nothing to place
+                device = {"device_mode": self.device_mode.mode if self.device_mode else "advisory"}
+            plan = device.pop("plan", None)
             output_dir = self.run_dir / "output" if self.output == "parquet" else None
-            finish = self.workload.finish_batch
-            out_rows = write_output(finish(batch_df) if finish else batch_df, output_dir, batch_id)
+            if self._twin is not None:
+                out_rows, twin_fields = self._run_twin(span, batch_id, plan, output_dir)
+            else:
+                finish = self.workload.finish_batch
+                out_rows = write_output(finish(batch_df) if finish else batch_df, output_dir, batch_id)
         except BaseException as exc:
             with self._lock:
                 self._in_batch = False
@@ -504,7 +744,6 @@ class LiveStream:
                 self._batch_done.notify_all()
             raise  # never swallow: Spark must not commit a failed batch
         completed = time.time()
-        datasets = self.spool.datasets(span[0], span[1]) if span else []
         admitted_at = admission.admitted_at if admission else started
         decision = admission.decision if admission else None
         extra: dict[str, Any] = {
@@ -521,8 +760,14 @@ class LiveStream:
             "predicted_s": decision.predicted_s if decision else None,
             "margin_s": decision.margin_s if decision else None,
             "estimate_s": decision.estimate_s if decision else None,
-            "changes": admission.changes if admission and admission.changes else None,
         }
+        extra.update(device)
+        extra.update(twin_fields)
+        changes = list(admission.changes) if admission and admission.changes else []
+        changes.extend(self.mapper.pop_changes())
+        if self.optimizer is not None:
+            changes.extend(_change_dicts(self.optimizer.pop_changes()))
+        extra["changes"] = changes or None
         record = batch_record(
             batch_id=batch_id,
             policy=self.policy.name,
@@ -532,6 +777,19 @@ class LiveStream:
             extra=extra,
         )
         self._metrics_writer.append(record)
+        if self.optimizer is not None and record["rows"] > 0 and "inflection_point" in record:
+            from .optimizer import BatchSample
+
+            self.optimizer.observe(
+                BatchSample(
+                    batch_id=batch_id,
+                    inflection_point=record["inflection_point"],
+                    rows=record["rows"],
+                    nbytes=record["bytes"],
+                    throughput_rows_s=record["throughput_rows_s"],
+                    max_latency_s=record["max_latency_s"],
+                )
+            )
         if self.controller is not None and record["rows"] > 0:
             self.controller.observe(
                 BatchObservation(
@@ -679,6 +937,11 @@ class LiveStream:
                 pass
         if self._channel is not None:
             self._channel.close()
+        if self.optimizer is not None:
+            try:
+                self.optimizer.close()
+            except Exception:
+                pass
         stopped_at = time.time()
         if getattr(self, "_run_info", None) is not None:
             info = dict(self._run_info)
@@ -736,3 +999,42 @@ def _change_dicts(changes) -> list[dict]:
 def _one_line(exc: BaseException | str) -> str:
     text = str(exc).strip()
     return text.splitlines()[0] if text else type(exc).__name__
+
+
+TWIN_STATE_DIR = "twin_state"
+
+
+def _save_twin_state(run_dir: Path, end_seq: int, state) -> None:
+    """Keep the twin's state after the batch that ends at feed seq ``end_seq`` (last three kept)."""
+    import os
+    import pickle
+
+    directory = Path(run_dir) / TWIN_STATE_DIR
+    directory.mkdir(exist_ok=True)
+    final = directory / f"{end_seq:012d}.pkl"
+    tmp = directory / f".{end_seq:012d}.pkl.tmp"
+    with open(tmp, "wb") as fh:
+        pickle.dump(state, fh)
+    os.replace(tmp, final)
+    for old in sorted(directory.glob("*.pkl"))[:-3]:
+        old.unlink(missing_ok=True)
+
+
+def _load_twin_state(run_dir: Path, committed: Optional[int]):
+    """The twin's state after the last committed batch, None for a fresh run.
+
+    Raises ConfigError when a resumed run has no state for its committed offset
+    (e.g. it was started in another device mode): the twin's windows would be wrong.
+    """
+    import pickle
+
+    if not committed:
+        return None
+    path = Path(run_dir) / TWIN_STATE_DIR / f"{committed:012d}.pkl"
+    if not path.exists():
+        raise ConfigError(
+            f"cannot resume {run_dir} in twin mode: no twin state for feed offset {committed} "
+            f"(was the run started in another device mode?)"
+        )
+    with open(path, "rb") as fh:
+        return pickle.load(fh)

@@ -53,7 +53,13 @@ def write_output(batch_df, output_dir: Optional[Path], batch_id: int) -> int:
     if output_dir is None:
         batch_df.write.format("noop").mode("overwrite").save()
         return -1
-    table = batch_df.toArrow()
+    return write_table(batch_df.toArrow(), output_dir, batch_id)
+
+
+def write_table(table, output_dir: Optional[Path], batch_id: int) -> int:
+    """Write a batch's result (a pyarrow Table) like :func:`write_output`; returns its row count."""
+    if output_dir is None:
+        return table.num_rows
     if table.num_rows:
         import pyarrow.parquet as pq
 
