@@ -702,8 +702,10 @@ class LiveStream:
         if span:
             _save_twin_state(self.run_dir, span[1], self._twin.state_dict())
         return out_rows, {
-            "twin_s": float(sum(result.op_seconds.values())),
+            "twin_s": float(sum(result.op_seconds.values()) + result.transition_seconds),
+            "twin_transition_s": float(result.transition_seconds),
             "twin_transitions": int(result.transitions),
+            "twin_late_rows": int(result.dropped_late),
             "twin_backend": self.device_mode.gpu_backend,
         }
 

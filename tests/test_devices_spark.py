@@ -107,3 +107,67 @@ def test_auto_mode_falls_back_to_advisory_here_and_says_why(spark, tmp_path):
     assert "no RAPIDS plugin" in info["device_mode_reason"]
     assert s.optimizer is None  # baselines have no optimizer by default
     assert all("device_plan" in r for r in data_records(s))
+
+
+def _output(run_dir):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    files = sorted((run_dir / "output").glob("part-*.parquet"))
+    return pa.concat_tables([pq.read_table(f) for f in files]).to_pandas() if files else None
+
+
+@pytest.mark.parametrize("query,end_col", [("LR2S", "timestamp"), ("CM1S", "window_end")])
+def test_twin_mode_gives_the_results_spark_gives(spark, tmp_path, query, end_col):
+    """The same rows through Spark's query and through the twin executor (pandas): the same windows."""
+    runs = {}
+    for mode in ("advisory", "twin"):
+        run = tmp_path / mode
+        s = LiveStream(query, policy="lmstream", traffic="random", rate=400, speedup=10, duration_s=150,
+                       run_dir=run, spark=spark, seed=5, device_mode=mode, optimizer=False,
+                       mapper={"inflection_point": 16 * 1024})
+        s.start()
+        s.wait(until=lambda st: st.feed_finished(), timeout=180)
+        s.stop()
+        runs[mode] = (_output(run), s.records, read_run_info(run))
+    (spark_out, _, _), (twin_out, twin_records, twin_info) = runs["advisory"], runs["twin"]
+    assert twin_info["device_mode"] == "twin" and twin_info["gpu_backend"] == "pandas"
+    data = [r for r in twin_records if r["rows"] > 0]
+    assert all(r["twin_backend"] == "pandas" and r["twin_s"] > 0 for r in data)
+    assert any(r["gpu_ops"] > 0 for r in data), "batches of this size put some operators on the GPU side"
+    # batch boundaries differ between the two runs, so the last windows may close in different
+    # batches; every window up to the earlier of the two last emitted windows must be identical
+    last = min(spark_out[end_col].max(), twin_out[end_col].max())
+    keys = [c for c in spark_out.columns if c not in ("avgSpeed", "totalCpu", "avgCpu")]
+    a = spark_out[spark_out[end_col] <= last].sort_values(keys).reset_index(drop=True)
+    b = twin_out[twin_out[end_col] <= last].sort_values(keys).reset_index(drop=True)
+    assert len(a) > 20
+    assert list(a.columns) == list(b.columns)
+    pd_testing = pytest.importorskip("pandas.testing")
+    pd_testing.assert_frame_equal(a, b, check_exact=False, rtol=1e-9)
+
+
+def test_a_twin_run_resumes_from_its_checkpoint_with_its_state(spark, tmp_path):
+    run = tmp_path / "twin"
+    common = dict(policy="lmstream", traffic="constant", rate=400, speedup=10, run_dir=run, spark=spark,
+                  seed=2, device_mode="twin", optimizer=False)
+    first = LiveStream("CM1S", duration_s=90, **common)
+    first.start()
+    first.wait(until=lambda st: st.feed_finished(), timeout=180)
+    first.stop()
+    second = LiveStream("CM1S", duration_s=90, **common)
+    second.start()
+    second.wait(until=lambda st: st.feed_finished(), timeout=180)
+    second.stop()
+    ref = tmp_path / "ref"
+    whole = LiveStream("CM1S", duration_s=180, **{**common, "run_dir": ref, "device_mode": "advisory"})
+    whole.start()
+    whole.wait(until=lambda st: st.feed_finished(), timeout=240)
+    whole.stop()
+    a, b = _output(ref), _output(run)
+    last = min(a["window_end"].max(), b["window_end"].max())
+    keys = ["window_start", "window_end", "category"]
+    a = a[a["window_end"] <= last].sort_values(keys).reset_index(drop=True)
+    b = b[b["window_end"] <= last].sort_values(keys).reset_index(drop=True)
+    assert len(a) > 10 and not b.duplicated(keys).any()
+    pytest.importorskip("pandas.testing").assert_frame_equal(a, b, check_exact=False, rtol=1e-9)

@@ -21,6 +21,7 @@ MODULES = [
     "lmstream_kit.registry",
     "lmstream_kit.report",
     "lmstream_kit.sim",
+    "lmstream_kit.twin",
     "lmstream_kit.workloads.cluster_monitoring",
     "lmstream_kit.workloads.hashing",
     "widgets",

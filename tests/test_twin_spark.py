@@ -1,0 +1,223 @@
+"""The twin executor gives Spark's own results, micro-batch by micro-batch.
+
+Each test streams a workload through real local Spark (LiveStream, the query
+in Spark, results written per batch), then replays the twin over exactly the
+same micro-batches: ``metrics.jsonl`` gives every batch's id and feed span
+(empty ones included), the run's spool gives its rows.  The twin runs with the
+stand-in GPU (``pandas-device``) under the mapper's plan for each batch's size,
+so device transitions are part of what is compared.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from lmstream_kit.feed.spool import Spool
+from lmstream_kit.feed.traffic import Traffic
+from lmstream_kit.live import LiveStream
+from lmstream_kit.mapper import DeviceMapper, DevicePlan, exec_class
+from lmstream_kit.twin import TwinExecutor, twin_program
+from lmstream_kit.workloads import get_workload
+
+pytestmark = pytest.mark.spark
+
+SPEEDUP = 25
+NO_DATA_BATCHES = "spark.sql.streaming.noDataMicroBatches.enabled"
+
+
+def stream(workload, run: Path, spark, **kw) -> None:
+    """Run ``workload`` on Spark over generated traffic until the feed ends, then stop."""
+    s = LiveStream(workload, policy="lmstream", speedup=SPEEDUP, run_dir=run, spark=spark, read="driver",
+                   device_mode="advisory", **kw)
+    s.start()
+    try:
+        s.wait(until=lambda st: st.feed_finished(), timeout=120)
+    finally:
+        s.stop()
+
+
+def records(run: Path) -> list[dict]:
+    lines = (run / "metrics.jsonl").read_text().splitlines()
+    return sorted((json.loads(line) for line in lines), key=lambda r: r["batch_id"])
+
+
+def spark_output(run: Path, batch_id: int, schema: pa.Schema) -> pa.Table:
+    path = run / "output" / f"part-{batch_id:08d}.parquet"
+    return pq.read_table(path) if path.exists() else schema.empty_table()
+
+
+def assert_same_batch(got: pa.Table, want: pa.Table, ordered: bool, where: str) -> None:
+    """Same schema and rows; floats within 1e-9 relative; row order only where the workload sets one."""
+    assert got.schema.equals(want.schema), f"{where}: schema\n{got.schema}\nvs Spark's\n{want.schema}"
+    assert got.num_rows == want.num_rows, f"{where}: {got.num_rows} rows, Spark wrote {want.num_rows}"
+    floats = [f.name for f in got.schema if pa.types.is_floating(f.type)]
+    exact = [name for name in got.column_names if name not in floats]
+    if not ordered:
+        keys = [(name, "ascending") for name in exact]
+        got, want = got.sort_by(keys), want.sort_by(keys)
+    for name in exact:
+        assert got[name].equals(want[name]), f"{where}: column {name} differs"
+    for name in floats:
+        a, b = got[name].to_numpy(), want[name].to_numpy()
+        assert np.allclose(a, b, rtol=1e-9, atol=0), f"{where}: {name} differs by {np.max(np.abs(a - b))}"
+
+
+def replay(run: Path, name: str) -> dict:
+    """Replay the twin over the run's batches; compare each with Spark's output. Returns counts."""
+    program = twin_program(name)
+    spool = Spool(run / "spool", create=False)
+    batches = records(run)
+    # partitions of the smallest batch at the inflection point: larger batches go (partly) to the GPU
+    mapper = DeviceMapper(inflection_point=min(r["bytes"] for r in batches if r["rows"]) / 2)
+    twin = TwinExecutor(program, gpu_backend="pandas-device")
+    seen = {"batches": 0, "emitting": 0, "rows": 0, "empty_emitting": 0, "gpu_ops": 0, "transitions": 0,
+            "dropped_late": 0}
+    for record in batches:
+        start, end = record["start_seq"], record["end_seq"]
+        if start is not None and end > start:
+            table = spool.read_table(start, end)
+            plan = mapper.map(program.dag, partition_bytes=record["bytes"] / 2)
+        else:
+            table, plan = program.input_schema.empty_table(), None
+            if record["batch_id"] > 0:  # Spark's no-data batch: run because the watermark moved
+                assert twin.needs_no_data_batch, f"{name} batch {record['batch_id']}"
+        assert table.num_rows == record["rows"]
+        result = twin.process(table, record["batch_id"], plan)
+        want = spark_output(run, record["batch_id"], program.output_schema)
+        assert_same_batch(result.table, want, program.ordered, f"{name} batch {record['batch_id']}")
+        seen["batches"] += 1
+        seen["emitting"] += bool(want.num_rows)
+        seen["rows"] += want.num_rows
+        seen["empty_emitting"] += bool(want.num_rows and not table.num_rows)
+        seen["gpu_ops"] += sum(d == "GPU" for d in result.devices.values())
+        seen["transitions"] += result.transitions
+        seen["dropped_late"] += result.dropped_late
+    assert seen["gpu_ops"] and seen["transitions"], "some batches must run partly on the (stand-in) GPU"
+    return seen
+
+
+def assert_dag_mirrors_sparks(run: Path, name: str, spark) -> None:
+    """The twin's operators are Spark's: every Table II class, and no exec more often than Spark has it."""
+    from lmstream_kit.engine.plan import plan_dag
+
+    planned = [r["device_plan"] for r in records(run) if r.get("device_plan")]
+    assert planned, "advisory mode records Spark's plan of every data batch"
+    names = [e.exec_name for e in DevicePlan.from_dict(json.loads(planned[-1])).entries]
+    workload = get_workload(name)
+    if workload.finish_batch is not None:  # part of the batch's plan, after the streaming query
+        empty = spark.createDataFrame([], _spark_schema(twin_program(name).output_schema))
+        names += [op.exec_name for op in plan_dag(workload.finish_batch(empty)).operators]
+    twin = [op.exec_name for op in twin_program(name).ops]
+    assert {exec_class(n) for n in twin} - {None} <= {exec_class(n) for n in names} - {None}
+    for exec_name in set(twin):
+        assert twin.count(exec_name) <= names.count(exec_name), f"{name}: {exec_name} in Spark's plan {names}"
+
+
+def _spark_schema(schema: pa.Schema) -> str:
+    kinds = {pa.int32(): "int", pa.int64(): "long", pa.float64(): "double"}
+    return ", ".join(f"{f.name} {kinds.get(f.type, 'timestamp')}" for f in schema)
+
+
+# ---------------------------------------------------------------------------------- traffic with late rows
+
+
+def with_late_rows(make_rows):
+    """Every third second also brings rows 3, 8, 15, 40 and 60 s old (the older ones late)."""
+
+    def make(second, n, rng):
+        table = make_rows(second, n, rng)
+        if second % 3 or second < 3:
+            return table
+        backs = [back for back in (3, 8, 15, 40, 60) if second >= back]
+        old = [make_rows(second - back, max(1, n // 20), rng) for back in backs]
+        return pa.concat_tables([table, *old])
+
+    return make
+
+
+def with_early_other_events(make_rows):
+    """CM rows with late ones and, every fourth second, non-SCHEDULE events 4 s ahead.
+
+    Those must not move CM2S's watermark: Spark filters ``event_type = 1`` before it.
+    """
+
+    def make(second, n, rng):
+        table = with_late_rows(make_rows)(second, n, rng)
+        if second % 4:
+            return table
+        ahead = make_rows(second + 4, max(1, n // 20), rng)
+        index = ahead.schema.get_field_index("event_type")
+        ahead = ahead.set_column(index, ahead.schema.field(index), pa.array([0] * ahead.num_rows, pa.int32()))
+        return pa.concat_tables([table, ahead])
+
+    return make
+
+
+class BurstTraffic(Traffic):
+    """``rows`` a second for 45 s, then nothing for 45 s: in the gaps Spark runs no-data batches."""
+
+    name = "bursts"
+
+    def __init__(self, rows: int) -> None:
+        super().__init__()
+        self.rows = rows
+
+    def _base_rows(self, second: int) -> float:
+        return self.rows if second % 90 < 45 else 0
+
+    def _describe(self) -> str:
+        return f"{self.rows} rows/s for 45 s in every 90 s"
+
+
+@pytest.fixture
+def no_data_batches(spark):
+    """Let Spark run its no-data batches (the kit's sessions switch them off) for one test."""
+    before = spark.conf.get(NO_DATA_BATCHES)
+    spark.conf.set(NO_DATA_BATCHES, "true")
+    yield
+    spark.conf.set(NO_DATA_BATCHES, before)
+
+
+# ---------------------------------------------------------------------------------- the tests
+
+
+@pytest.mark.parametrize(
+    ("name", "traffic", "rate", "duration_s"),
+    [
+        ("LR2S", "random", 400, 60),
+        ("CM1S", "constant", 200, 70),
+        ("CM1T", "random", 200, 140),
+        ("CM2S", "constant", 300, 70),
+        ("LR1S", "random", 150, 50),
+        ("LR1T", "constant", 300, 60),
+    ],
+)
+def test_twin_replay_equals_sparks_output_batch_by_batch(spark, tmp_path, name, traffic, rate, duration_s):
+    run = tmp_path / name.lower()
+    stream(name, run, spark, traffic=traffic, rate=rate, duration_s=duration_s, seed=17)
+    seen = replay(run, name)
+    assert seen["emitting"] >= 2 and seen["batches"] >= 4, seen
+    assert_dag_mirrors_sparks(run, name, spark)
+
+
+@pytest.mark.parametrize(("name", "wrap"), [("CM2S", with_early_other_events), ("LR1S", with_late_rows)])
+def test_twin_drops_late_rows_and_closes_windows_in_no_data_batches_like_spark(
+    spark, tmp_path, no_data_batches, name, wrap
+):
+    workload = get_workload(name)
+    late = dataclasses.replace(workload, make_rows=wrap(workload.make_rows))  # same name: same twin
+    run = tmp_path / f"{name.lower()}-late"
+    stream(late, run, spark, traffic=BurstTraffic(200), duration_s=135, seed=23)
+    seen = replay(run, name)
+    assert seen["dropped_late"] > 0, "the traffic must have had late rows"
+    if name == "CM2S":
+        assert seen["empty_emitting"] > 0, "no-data batches must have closed windows"
+    # every row the feed spooled was in a replayed batch
+    assert sum(r["rows"] for r in records(run)) == Spool(run / "spool", create=False).total_rows()
