@@ -122,8 +122,9 @@ def main() -> None:
                     if cache:
                         plan = next((json.loads(r["device_plan"]) for r in data if r.get("device_plan")), None)
                         per["operators"] = len(plan["entries"]) if plan else 0
-                        per["optimizer"] = {k: opt.get(k) for k in ("fits", "fits_skipped", "coalesced")
-                                            if k in opt}
+                        per["optimizer"] = {k: opt.get(k) for k in (
+                            "fits_requested", "fits_run", "fits_skipped", "fits_coalesced", "skip_reasons",
+                            "blocked_s_total", "inflection_point") if k in opt}
                         cached = stream.plan_cache.peek(("spark", query))
                         per["map_us"] = map_loop(cached) if cached is not None else float("nan")
                 results[query] = per

@@ -15,7 +15,6 @@ from typing import Optional
 
 import click
 
-from .devices import DEVICE_MODES
 from .exceptions import KitError
 
 EPILOG = """\b
@@ -81,7 +80,7 @@ def cli() -> None:
 @click.option("--master", default="local[2]", show_default=True, help="Spark master: local[N] or spark://host:port.")
 @click.option("--read", "read_mode", default="auto", show_default=True, type=click.Choice(["auto", "driver", "executors"]), help="Where batches are read: in the driver (no Python task per batch) or on executors; auto = driver for local masters.")
 @click.option("--output", default="parquet", show_default=True, type=click.Choice(["parquet", "noop"]), help="Write query results to RUN/output, or drop them.")
-@click.option("--device-mode", default="auto", show_default=True, type=click.Choice(DEVICE_MODES), help="Carry out each batch's CPU/GPU plan with RAPIDS confs, the cudf/pandas twin executor, or record it only (advisory); auto picks the first that works.")
+@click.option("--device-mode", default="auto", show_default=True, help="auto | advisory | rapids | twin: carry out each batch's CPU/GPU plan with RAPIDS confs, the cudf/pandas twin executor, or record it only (advisory); auto picks the first that works.")
 @click.option("--inflection-point", default=None, type=float, help="Device mapper's inflection point, bytes per partition [default: 153600 = 150 KiB].")
 @click.option("--optimizer/--no-optimizer", default=None, help="Re-tune the inflection point online [default: on for --policy lmstream].")
 @click.option("--conf", "confs", multiple=True, metavar="KEY=VALUE", help="Extra Spark conf (repeatable), e.g. --conf spark.plugins=com.nvidia.spark.SQLPlugin.")
@@ -295,7 +294,7 @@ def compare(run_dirs):
 @click.option("--format", "results_format", default="parquet", show_default=True, type=click.Choice(["parquet", "csv"]), help="Format of results.")
 @click.option("--reproduction", default=None, type=click.Path(path_type=Path), help="Also write the reproduction report (Markdown) here.")
 @click.option("--notes", default=None, type=click.Path(exists=True, dir_okay=False, path_type=Path), help="Markdown appended to the reproduction report under 'Where we differ and why'.")
-@click.option("--device-mode", default="advisory", show_default=True, type=click.Choice(DEVICE_MODES), help="Device mode of every stream (see `run --help`).")
+@click.option("--device-mode", default="advisory", show_default=True, help="auto | advisory | rapids | twin: device mode of every stream (see `run --help`).")
 @click.option("--optimizer/--no-optimizer", default=None, help="Re-tune the inflection point online [default: on for the lmstream policy].")
 @click.option("--conf", "confs", multiple=True, metavar="KEY=VALUE", help="Extra Spark conf (repeatable).")
 @click.option("--jars", default=None, help="Comma-separated jars for Spark (spark.jars).")

@@ -59,6 +59,9 @@ def test_help_explains_the_commands():
         (["--speedup", "0"], ["speedup must be > 0, got 0"]),
         (["--traffic", "zigzag"], ["zigzag"]),
         (["--input", "/nonexistent/landing"], ["/nonexistent/landing"]),
+        (["--conf", "spark.plugins"], ["--conf must be KEY=VALUE", "spark.plugins"]),
+        (["--inflection-point", "-3"], ["inflection_point", "-3"]),
+        (["--device-mode", "gpu"], ["gpu"]),
     ],
 )
 def test_bad_input_gets_one_line_and_no_traceback(args, needles, tmp_path):
@@ -131,3 +134,12 @@ def test_run_writes_metrics_and_prints_a_summary(tmp_path):
     assert info["spool"] == f"file://{shared}" and (shared / "index.jsonl").exists()
     assert not (out / "spool").exists()
     assert "Traceback" not in proc.stderr
+    # the device plan: auto falls back to advisory on this machine and says so
+    assert info["device_mode"] == "advisory" and "device mode: advisory" in proc.stdout
+    assert "inflection point" in proc.stdout
+    assert all("device_plan" in r for r in records if r["rows"] > 0)
+
+
+def test_rapids_mode_without_the_plugin_is_a_user_error(tmp_path):
+    proc = kit("run", "--duration", "5", "--device-mode", "rapids", "--out", str(tmp_path / "r"))
+    assert_user_error(proc, "RAPIDS")
