@@ -51,6 +51,43 @@ except ImportError:  # PySpark 4.0 / 4.1
 
 SOURCE_NAME = "lmstream"
 
+#: PySpark's process that runs a Python streaming source for the driver
+RUNNER_MODULE = "pyspark.sql.streaming.python_streaming_source_runner"
+_SHUTDOWN_ERRORS = (BrokenPipeError, ConnectionResetError, EOFError)
+
+
+def quiet_runner_shutdown(main_module=None) -> bool:
+    """In PySpark's source-runner process, stop printing its own shutdown traceback.
+
+    When Spark stops a query it closes the runner's socket.  The runner then
+    fails reading the next command (EOFError), and its error reply hits the
+    closed socket in ``outfile.flush()`` (BrokenPipeError) *outside* PySpark's
+    ``try``, so Python prints a traceback on the terminal of a query that
+    stopped cleanly.  This installs a ``sys.excepthook`` in that process only,
+    which stays silent for those socket errors and passes anything else on.
+    Returns whether it was installed (once per process).
+    """
+    import sys
+
+    main = main_module if main_module is not None else sys.modules.get("__main__")
+    spec = getattr(main, "__spec__", None)
+    name = getattr(spec, "name", None) or ""
+    if name != RUNNER_MODULE or getattr(sys.excepthook, "_lmstream_quiet", False):
+        return False
+    previous = sys.excepthook
+
+    def hook(exc_type, exc, tb):
+        if issubclass(exc_type, _SHUTDOWN_ERRORS):
+            return
+        previous(exc_type, exc, tb)
+
+    hook._lmstream_quiet = True
+    sys.excepthook = hook
+    return True
+
+
+quiet_runner_shutdown()
+
 
 def data_path(seq: int) -> str:
     """Relative path of dataset ``seq`` in a spool (the spool's layout)."""
