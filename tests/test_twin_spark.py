@@ -206,7 +206,9 @@ def test_twin_replay_equals_sparks_output_batch_by_batch(spark, tmp_path, name, 
     run = tmp_path / name.lower()
     stream(name, run, spark, traffic=traffic, rate=rate, duration_s=duration_s, seed=17)
     seen = replay(run, name)
-    assert seen["emitting"] >= 2 and seen["batches"] >= 4, seen
+    # how many batches a run gets depends on the machine's speed (LR1S's can be as few as 3 on a
+    # loaded 2-core VM); two of them must emit rows for the comparison to mean something
+    assert seen["emitting"] >= 2 and seen["batches"] >= 3, seen
     assert_dag_mirrors_sparks(run, name, spark)
 
 
