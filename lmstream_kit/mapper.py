@@ -280,6 +280,8 @@ class OperatorPlacement:
     """The device chosen for one operator and the costs (transition included) that chose it.
 
     ``cpu_cost``/``gpu_cost`` are ``None`` for operators with no Table II class.
+    ``children`` are the ids of the operators feeding this one (the DAG's edges, so that a
+    recorded plan can be drawn).
     """
 
     id: int
@@ -289,6 +291,7 @@ class OperatorPlacement:
     cpu_cost: float | None
     gpu_cost: float | None
     reason: str
+    children: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -321,7 +324,7 @@ class DevicePlan:
         return {
             "inflection_point": self.inflection_point,
             "partition_bytes": self.partition_bytes,
-            "entries": [asdict(e) for e in self.entries],
+            "entries": [{**asdict(e), "children": list(e.children)} for e in self.entries],
         }
 
     def to_json(self) -> str:
@@ -332,7 +335,8 @@ class DevicePlan:
     def from_dict(cls, data: Mapping) -> DevicePlan:
         """Rebuild a plan from :meth:`to_dict` output (or parsed :meth:`to_json`)."""
         return cls(
-            entries=tuple(OperatorPlacement(**e) for e in data["entries"]),
+            entries=tuple(OperatorPlacement(**{**e, "children": tuple(e.get("children", ()))})
+                          for e in data["entries"]),
             inflection_point=data["inflection_point"],
             partition_bytes=data["partition_bytes"],
         )
@@ -511,7 +515,8 @@ class DeviceMapper:
             op_class = exec_class(op.exec_name)
             if op_class is None:
                 placed[op_id] = OperatorPlacement(op_id, op.exec_name, None, CPU, None, None,
-                                                  unmapped_reason(op.exec_name) or "no Table II class")
+                                                  unmapped_reason(op.exec_name) or "no Table II class",
+                                                  tuple(op.children))
                 continue
             b = base[op_class]
             margin = _margin(op_class)
@@ -531,7 +536,8 @@ class DeviceMapper:
                 device, reason = GPU, "gpu cheaper"
             else:
                 device, reason = previous or GPU, "tie: previous device" if previous else "tie: leaf stays on GPU"
-            placed[op_id] = OperatorPlacement(op_id, op.exec_name, op_class, device, cpu, gpu, reason)
+            placed[op_id] = OperatorPlacement(op_id, op.exec_name, op_class, device, cpu, gpu, reason,
+                                              tuple(op.children))
         return DevicePlan(
             entries=tuple(placed[op.id] for op in dag.operators),
             inflection_point=ip,

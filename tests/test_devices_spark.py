@@ -37,6 +37,11 @@ def test_every_batch_records_the_device_plan_of_its_real_streaming_plan(spark, t
     for name in ("HashAggregateExec", "ShuffleExchangeExec", "StateStoreSaveExec", "StateStoreRestoreExec",
                  "MicroBatchScanExec", "ExpandExec", "FilterExec"):
         assert name in names, names
+    # the edges travel with the plan, so a recorded plan can be drawn as its DAG
+    ids = {e["id"] for e in first["entries"]}
+    edges = [(c, e["id"]) for e in first["entries"] for c in e["children"]]
+    assert len(edges) == len(ids) - 1 and all(c in ids for c, _ in edges)
+    assert [e["exec_name"] for e in first["entries"] if not e["children"]] == ["MicroBatchScanExec"]
     state = [e for e in first["entries"] if e["exec_name"].startswith("StateStore")]
     assert all(e["device"] == "CPU" and e["reason"] == "streaming state exec" for e in state)
     # planning happens once per query shape

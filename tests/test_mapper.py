@@ -371,7 +371,7 @@ def test_plan_summary_and_json_round_trip():
     assert data == plan.to_dict()
     assert data["entries"][1] == {"id": 1, "exec_name": "ArrowEvalPythonExec", "op_class": None,
                                   "device": "CPU", "cpu_cost": None, "gpu_cost": None,
-                                  "reason": "python exec"}
+                                  "reason": "python exec", "children": [0]}
     assert DevicePlan.from_dict(data) == plan
 
 
