@@ -25,6 +25,7 @@ MODULES = [
     "lmstream_kit.workloads.cluster_monitoring",
     "lmstream_kit.workloads.hashing",
     "widgets",
+    "widgets.figures",
 ]
 
 
