@@ -31,11 +31,14 @@ import tempfile
 import time
 from pathlib import Path
 
+import pandas as pd
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from lmstream_kit.bench import machine_info  # noqa: E402
 from lmstream_kit.live import LiveStream  # noqa: E402
 from lmstream_kit.mapper import DeviceMapper  # noqa: E402
+from lmstream_kit.report import TIME_COMPONENTS, time_shares  # noqa: E402
 
 QUERIES = ("LR1S", "LR1T", "LR2S", "CM1S", "CM1T", "CM2S")
 
@@ -61,15 +64,12 @@ def mean(xs):
 
 
 def summarize(data: list[dict]) -> dict:
-    total = {k: sum((r.get(k) or 0.0) for r in data)
-             for k in ("buffering_s", "decision_s", "mapping_s", "processing_s", "optimizer_s")}
-    inside = total["mapping_s"] + total["optimizer_s"]
-    parts = {
-        "buffering": total["buffering_s"], "decision": total["decision_s"], "device mapping": total["mapping_s"],
-        "processing": max(0.0, total["processing_s"] - inside), "blocked on optimizer": total["optimizer_s"],
-    }
-    whole = sum(parts.values())
-    shares = {k: 100.0 * v / whole for k, v in parts.items()} if whole > 0 else {}
+    # Table IV's shares, computed as the bench report computes them
+    frame = pd.DataFrame([{"query": "q", "policy": "lmstream",
+                           **{k: r.get(k) for k in TIME_COMPONENTS}} for r in data])
+    table = time_shares(frame)
+    row = table.iloc[0] if len(table) else None
+    shares = {label: float(row[label]) for label in TIME_COMPONENTS.values()} if row is not None else {}
     return {
         "batches": len(data),
         "rows": sum(r["rows"] for r in data),
@@ -80,7 +80,7 @@ def summarize(data: list[dict]) -> dict:
         "processing_ms_mean": 1e3 * mean([r.get("processing_s") for r in data]),
         "cache_hits": sum(1 for r in data if r.get("plan_cache") == "hit"),
         "shares_pct": shares,
-        "overhead_pct": sum(shares.get(k, 0.0) for k in ("decision", "device mapping", "blocked on optimizer")),
+        "overhead_pct": float(row["overhead"]) if row is not None else float("nan"),
         "inflection_points": sorted({round(r["inflection_point"]) for r in data if r.get("inflection_point")})[:5],
     }
 

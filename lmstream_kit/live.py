@@ -234,7 +234,6 @@ class LiveStream:
             self.optimizer = optimizer
         self.plan_cache = PlanCache(enabled=plan_cache)
         self._twin = None
-        self._twin_program = None
         self._stream_session = None
         self._rapids_applied: dict = {}
         self._external_spark = spark
@@ -453,8 +452,7 @@ class LiveStream:
     def _start_twin(self, committed: Optional[int]) -> None:
         from .twin import TwinExecutor, twin_program
 
-        self._twin_program = twin_program(self.workload.name)
-        self._twin = TwinExecutor(self._twin_program, gpu_backend=self.device_mode.gpu_backend)
+        self._twin = TwinExecutor(twin_program(self.workload.name), gpu_backend=self.device_mode.gpu_backend)
         saved = _load_twin_state(self.run_dir, committed)
         if saved is not None:
             self._twin.load_state(saved)
@@ -569,7 +567,7 @@ class LiveStream:
             if pop is not None:
                 changes.extend(_change_dicts(pop()))
             placement = None
-            if self.device_mode is not None and self.device_mode.mode == "rapids":
+            if self._device_mode_name == "rapids":
                 placement = self._place_at_admission(pending)
             self._admissions[end] = _Admission(
                 start=base,
@@ -611,8 +609,10 @@ class LiveStream:
         return value, blocked
 
     def _map(self, dag, nbytes: int, batch_id: int) -> dict:
-        """Map ``dag`` for a batch of ``nbytes``; the record fields of the placement."""
-        t0 = time.perf_counter()
+        """Map ``dag`` for a batch of ``nbytes``; the record fields of the placement.
+
+        The caller times the whole placement (``map_s``), which includes more than this.
+        """
         inflection_point, blocked = self._next_inflection_point(batch_id)
         partition_bytes = max(1.0, nbytes / max(1, self.partitions))
         plan = self.mapper.map(dag, partition_bytes)
@@ -621,17 +621,15 @@ class LiveStream:
             "inflection_point": inflection_point,
             "partition_bytes": partition_bytes,
             "optimizer_s": blocked,
-            "map_s": time.perf_counter() - t0 - blocked,
         }
 
     def _apply_rapids(self, plan: DevicePlan, session) -> dict:
         from .engine.rapids import apply_confs
-        from .rapids import rapids_confs
+        from .rapids import conf_diff, rapids_confs
 
         confs = rapids_confs(plan)
-        before = dict(self._rapids_applied)
-        self._rapids_applied = apply_confs(session, confs.confs, before)
-        changed = sorted(k for k, v in self._rapids_applied.items() if before.get(k) != v)
+        changed = conf_diff(self._rapids_applied, confs.confs).changed
+        self._rapids_applied = apply_confs(session, confs.confs, self._rapids_applied)
         return {"rapids_confs_set": len(changed), "rapids_conflicts": len(confs.conflicts) or None}
 
     def _place_at_admission(self, pending) -> Optional[dict]:
@@ -647,16 +645,21 @@ class LiveStream:
         placed["applied"] = True
         return placed
 
+    @property
+    def _device_mode_name(self) -> str:
+        """The resolved device mode's name (``advisory`` before :meth:`start` resolves it)."""
+        return self.device_mode.mode if self.device_mode is not None else "advisory"
+
     def _place_batch(self, batch_df, batch_id: int, nbytes: int, admission) -> dict:
         """Place this batch's operators; returns the metrics fields (and ``plan``)."""
-        mode = self.device_mode.mode if self.device_mode else "advisory"
+        mode = self._device_mode_name
         fields: dict[str, Any] = {"device_mode": mode}
         placed = admission.placement if admission is not None else None
         planning_s, hit = 0.0, None
         if placed is None:
             t0 = time.perf_counter()
             if mode == "twin":
-                dag, hit = self._twin_program.dag, True
+                dag, hit = self._twin.program.dag, True
             else:
                 from .engine.plan import streaming_plan_dag
 
@@ -731,7 +734,7 @@ class LiveStream:
             if nbytes > 0:
                 device = self._place_batch(batch_df, batch_id, nbytes, admission)
             else:  # no data (e.g. Spark's no-data batch that closes windows): nothing to place
-                device = {"device_mode": self.device_mode.mode if self.device_mode else "advisory"}
+                device = {"device_mode": self._device_mode_name}
             plan = device.pop("plan", None)
             output_dir = self.run_dir / "output" if self.output == "parquet" else None
             if self._twin is not None:
