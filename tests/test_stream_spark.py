@@ -107,7 +107,10 @@ def test_fixed_trigger_latency_is_at_least_the_trigger(spark, tmp_path):
     assert len(full) >= 2
     # the 10 s trigger is in simulated seconds: 2.5 wall seconds at speedup 4
     assert (full["max_latency_s"] >= 2.5).all(), full[["batch_id", "max_latency_s"]].to_string()
-    assert (full["buffering_s"] >= 2.25).all()
+    # the oldest dataset of a batch arrived at most one dataset interval (1 simulated s,
+    # 0.25 wall s) after the previous admission, and Spark's trigger fires with some
+    # jitter (the gaps below allow 0.2 s)
+    assert (full["buffering_s"] >= 2.5 - 0.25 - 0.2).all(), full[["batch_id", "buffering_s"]].to_string()
     gaps = full["admitted_at"].diff().dropna()
     assert ((gaps > 2.3) & (gaps < 2.7)).all(), gaps.to_string()
 
