@@ -11,12 +11,12 @@ if [ "${1:-}" = "--spark" ]; then
   line=$2; shift 2
 fi
 case "$line" in
-  default|4.1) venv=.venv; constraints=constraints/default.txt; select=() ;;
+  default|4.1) venv=.venv; constraints=constraints/default.txt; extras=dev,notebook; select=() ;;
   # the 4.3 line: every Spark integration test except the slow ones, which repeat end to end
   # what the faster tests already check on 4.3 (keeps CI under its time budget)
-  4.3) venv=.venv-spark43; constraints=constraints/spark43.txt; select=(-m "(spark or cluster) and not slow") ;;
+  4.3) venv=.venv-spark43; constraints=constraints/spark43.txt; extras=dev; select=(-m "(spark or cluster) and not slow and not notebook and not browser") ;;
   *) echo "error: unknown Spark line '$line' (use 4.1 or 4.3)" >&2; exit 2 ;;
 esac
-make_venv "$venv" "$constraints" dev
+make_venv "$venv" "$constraints" "$extras"
 echo "pyspark $("$venv/bin/python" -c 'import pyspark; print(pyspark.__version__)'), running tests ..."
 exec "$venv/bin/python" -m pytest "${select[@]}" "$@"
