@@ -62,6 +62,7 @@ class _Admission:
     decision_s: float = 0.0
     changes: list = field(default_factory=list)
     placement: Optional[dict] = None  # rapids: the plan applied when the batch was admitted
+    policy: Optional[str] = None  # the policy that admitted it
 
 
 def _positive(name: str, value, *, allow_none: bool = False):
@@ -212,10 +213,12 @@ class LiveStream:
 
         # Spark's first data batch runs on a cold JVM (several times slower than
         # the next ones); by default the controller does not learn from it.
-        controller_params = {"warmup": 1, **(controller or {})}
+        self._controller_params = {"warmup": 1, **(controller or {})}
         self.gate = self.policy.make_gate(
-            slide_s=self.slide_s / self.speedup, controller_params=controller_params
+            slide_s=self.slide_s / self.speedup, controller_params=self._controller_params
         )
+        # kept across policy switches, so that lmstream -> fixed -> lmstream keeps what it learned
+        self._lm_controller = self.gate if self.policy.uses_controller else None
         self._requested_device_mode = check_device_mode(device_mode)
         self.device_mode: Optional[DeviceMode] = None  # resolved in start()
         self.mapper = mapper if isinstance(mapper, DeviceMapper) else DeviceMapper(**(mapper or {}))
@@ -263,6 +266,9 @@ class LiveStream:
         self._failure: Optional[BaseException] = None
         self._started_at: Optional[float] = None
         self._stopped = False
+        self._restart_lock = threading.Lock()  # one live restart of the query at a time
+        self._restarting = False
+        self._query_kwargs: Optional[dict] = None
 
     # ------------------------------------------------------------------ properties
     @property
@@ -302,15 +308,85 @@ class LiveStream:
         with self._lock:
             self._callbacks.append(callback)
 
+    def remove_on_batch(self, callback: BatchCallback) -> None:
+        """Stop calling ``callback`` (registered with :meth:`on_batch`); unknown callbacks are ignored."""
+        with self._lock:
+            self._callbacks = [c for c in self._callbacks if c != callback]
+
     # ------------------------------------------------------------------ live setters
-    def set_slide(self, slide_s: float) -> None:
-        """Change the latency bound (simulated seconds); applies from the next admission."""
+    def set_target(self, target_s: float) -> None:
+        """Change the latency bound (simulated seconds) without touching the query's window.
+
+        Applies from the next admission and is recorded with that batch.  ``0``
+        makes the target the running mean of past maximum latencies (the
+        tumbling-window rule).
+        """
         if self.controller is None:
             raise ConfigError(f"policy {self.policy.name!r} has no latency bound to change")
-        self.controller.set_slide(float(slide_s) / self.speedup)
-        self.slide_s = float(slide_s)
+        if isinstance(target_s, bool) or not isinstance(target_s, (int, float)) or not target_s >= 0:
+            raise ConfigError(f"latency target must be >= 0 seconds (0 = running mean), got {target_s!r}")
+        self.controller.set_slide(float(target_s) / self.speedup)
         if self.optimizer is not None:
-            self.optimizer.set_target_latency(self._optimizer_target())
+            self.optimizer.set_target_latency(float(target_s) / self.speedup if target_s > 0 else None)
+
+    def set_slide(self, slide_s: float) -> None:
+        """Change the window slide (simulated seconds): the query's window and the latency bound.
+
+        The latency bound follows at once (next admission).  The query's window
+        can only change by restarting the query: that happens here, at a
+        micro-batch boundary, from the query's checkpoint (no row lost or
+        processed twice), and is recorded as a ``window_slide_s`` change with
+        the first batch of the restarted query.  Windows already open keep the
+        rows they hold; new rows go to the windows of the new slide.
+        """
+        new_workload = self.workload.with_slide(slide_s)
+        if new_workload is not self.workload and self._device_mode_name == "twin":
+            raise ConfigError(
+                f"the twin executor's window is fixed for the run: cannot change the slide to {slide_s:g} s "
+                "in twin mode (change the latency target instead)"
+            )
+        old = self.slide_s
+        if self.controller is not None:
+            self.set_target(new_workload.slide_s)
+        elif self.optimizer is not None:
+            self.optimizer.set_target_latency(new_workload.slide_s / self.speedup)
+        if new_workload is self.workload:
+            return
+        self.slide_s = new_workload.slide_s
+        self._restart_query(
+            {"param": "window_slide_s", "old": old, "value": new_workload.slide_s},
+            workload=new_workload,
+        )
+
+    def set_policy(self, name: str, *, trigger_s: Optional[float] = None) -> None:
+        """Switch the admission policy live (``lmstream``, ``asap`` or ``fixed``).
+
+        A switch that changes Spark's trigger (to or from ``fixed``) restarts
+        the query from its checkpoint at a micro-batch boundary; the others take
+        effect at the next admission.  The change is recorded with the first
+        batch of the new policy.  The LMStream controller keeps what it learned
+        across switches.
+        """
+        policy = get_policy(name, trigger_s=trigger_s)
+        old = self.policy
+        if policy == old:
+            return
+        if policy.uses_controller:
+            if self._lm_controller is None:
+                target = self.slide_s / self.speedup
+                self._lm_controller = policy.make_gate(slide_s=target, controller_params=self._controller_params)
+            gate = self._lm_controller
+        else:
+            gate = policy.make_gate(slide_s=0.0)
+        change = {"param": "policy", "old": old.name, "value": policy.name}
+        if policy.trigger_s != old.trigger_s:
+            change["trigger_s"] = policy.trigger_s
+        if policy.trigger_s != old.trigger_s and self.query is not None and not self._stopped:
+            self._restart_query(change, policy=policy, gate=gate)
+            return
+        with self._lock:
+            self.policy, self.gate = policy, gate
+            self._changes.append({**change, "at": time.time()})
 
     def _optimizer_target(self) -> Optional[float]:
         """The optimizer's target latency (wall s): the slide, or None for the tumbling mean."""
@@ -406,27 +482,101 @@ class LiveStream:
             query_workload = dataclasses.replace(
                 self.workload, build_query=lambda stream: stream, output_mode="append", finish_batch=None
             )
+        self._query_kwargs = dict(
+            source_options={
+                "spool": self.spool.uri,
+                "channel": f"127.0.0.1:{self._channel.port}",
+                "channel_key": str(self._channel.key_file),
+                "partitions": self.partitions,
+                "read": self.read_mode,
+            },
+            on_batch=self._on_batch,
+            checkpoint=checkpoint,
+            name=self.name.replace("-", "_"),
+        )
         try:
             self.query = start_query(
-                self.spark,
-                workload=query_workload,
-                source_options={
-                    "spool": self.spool.uri,
-                    "channel": f"127.0.0.1:{self._channel.port}",
-                    "channel_key": str(self._channel.key_file),
-                    "partitions": self.partitions,
-                    "read": self.read_mode,
-                },
-                trigger_s=self.policy.trigger_s / self.speedup,
-                on_batch=self._on_batch,
-                checkpoint=checkpoint,
-                name=self.name.replace("-", "_"),
+                self.spark, workload=query_workload, trigger_s=self.policy.trigger_s / self.speedup,
+                **self._query_kwargs,
             )
         except BaseException:
             self._teardown()
             raise
         self._listener.query_id = str(self.query.id)
         return self
+
+    def _restart_query(self, change: dict, *, workload: Optional[Workload] = None, policy=None,
+                       gate=None, timeout: float = 120.0) -> None:
+        """Restart the query from its checkpoint with a new window and/or trigger.
+
+        Admission is held, the batches already admitted finish and commit, the
+        query stops between batches and starts again from the same checkpoint,
+        so it continues at the first dataset not yet processed: no row is lost or
+        processed twice.  ``change`` is recorded with the first batch admitted
+        after the restart.  Before :meth:`start` (or after :meth:`stop`) only the
+        configuration changes.
+        """
+        from .engine.stream import start_query, stop_query
+
+        with self._restart_lock:
+            if self.query is None or self._stopped:
+                with self._lock:
+                    if workload is not None:
+                        self.workload = workload
+                    if policy is not None:
+                        self.policy, self.gate = policy, gate
+                    self._changes.append({**change, "restart": False, "at": time.time()})
+                return
+            t0 = time.time()
+            with self._lock:
+                resume_mode = self._mode
+                self._mode = "hold"
+                self._restarting = True
+            try:
+                # the batches admitted before the hold finish and commit
+                self.wait(until=lambda s: s._completed_end >= s._admitted_end and not s._in_batch,
+                          timeout=timeout)
+                stop_query(self.query, is_idle=lambda: not self._in_batch)
+                with self._lock:
+                    if workload is not None:
+                        self.workload = workload
+                    if policy is not None:
+                        self.policy, self.gate = policy, gate
+                    self._planned.clear()
+                    # the restarted query runs on a fresh clone of the session: no RAPIDS confs yet
+                    self._stream_session = None
+                    self._rapids_applied = {}
+                    self._changes.append(
+                        {**change, "restart": True, "restart_s": round(time.time() - t0, 3), "at": time.time()}
+                    )
+                query_workload = self.workload
+                if self.device_mode is not None and self.device_mode.mode == "twin":
+                    query_workload = dataclasses.replace(
+                        self.workload, build_query=lambda stream: stream, output_mode="append", finish_batch=None
+                    )
+                self.query = start_query(
+                    self.spark, workload=query_workload, trigger_s=self.policy.trigger_s / self.speedup,
+                    **self._query_kwargs,
+                )
+                if self._listener is not None:
+                    self._listener.query_id = str(self.query.id)
+                info = dict(self._run_info)
+                info.update(
+                    policy=self.policy.name, trigger_s=self.policy.trigger_s, slide_s=self.slide_s,
+                    target_s=self.slide_s / self.speedup if self.slide_s > 0 else None,
+                    live_restarts=int(info.get("live_restarts", 0)) + 1,
+                )
+                self._run_info = info
+                write_run_info(self.run_dir, info)
+            except BaseException as exc:
+                with self._lock:
+                    self._failure = self._failure or exc
+                raise EngineError(f"restarting stream {self.name} failed: {_one_line(exc)}") from exc
+            finally:
+                with self._lock:
+                    self._restarting = False
+                    self._mode = resume_mode if resume_mode != "hold" else "run"
+                    self._batch_done.notify_all()
 
     def _resolve_device_mode(self) -> DeviceMode:
         requested = self._requested_device_mode
@@ -579,6 +729,7 @@ class LiveStream:
                 decision_s=self._decision_s,
                 changes=changes,
                 placement=placement,
+                policy=self.policy.name,
             )
             self._polls, self._decision_s = 0, 0.0
             self._admitted_end = end
@@ -597,7 +748,7 @@ class LiveStream:
 
     # ------------------------------------------------------------------ device placement
     def _plan_key(self):
-        return ("spark", self.workload.name)
+        return ("spark", self.workload.name, self.workload.slide_s)
 
     def _next_inflection_point(self, batch_id: int) -> tuple[float, float]:
         """The inflection point for the next batch, and the seconds spent waiting for the optimizer."""
@@ -775,7 +926,7 @@ class LiveStream:
         extra["changes"] = changes or None
         record = batch_record(
             batch_id=batch_id,
-            policy=self.policy.name,
+            policy=admission.policy if admission and admission.policy else self.policy.name,
             datasets=datasets,
             admitted_at=admitted_at,
             completed_at=completed,
@@ -838,7 +989,7 @@ class LiveStream:
     def _check_health(self) -> None:
         if self._failure is not None:
             raise EngineError(f"stream {self.name} failed: {_one_line(self._failure)}")
-        if self.query is not None and not self.query.isActive and not self._stopped:
+        if self.query is not None and not self.query.isActive and not self._stopped and not self._restarting:
             exc = self.query.exception()
             raise EngineError(f"stream {self.name} stopped: {_one_line(exc) if exc else 'no error'}")
         feed_error = getattr(self.feed, "error", None)

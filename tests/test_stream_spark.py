@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 from pathlib import Path
 
+import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
 from lmstream_kit.feed.spool import Spool
+from lmstream_kit.exceptions import ConfigError
 from lmstream_kit.live import LiveStream
 from lmstream_kit.metrics import load_metrics, read_run_info
 
@@ -151,14 +154,14 @@ def test_stop_is_clean(spark, tmp_path, capfd):
     assert spark.streams.active == [] or all(q.name != s.name for q in spark.streams.active)
 
 
-def test_live_slide_change_applies_at_the_next_admission(spark, tmp_path):
+def test_live_target_change_applies_at_the_next_admission(spark, tmp_path):
     run = tmp_path / "live"
     s = LiveStream("LR2S", policy="lmstream", traffic="constant", rate=1000, speedup=4,
                    run_dir=run, spark=spark).start()
     try:
         s.wait(batches=3, timeout=120)
         n_before = len(s.records)
-        s.set_slide(4.0)  # 1 s wall
+        s.set_target(4.0)  # 1 s wall; the query's window stays
         s.wait(until=lambda st: len(st.records) >= n_before + 3, timeout=120)
     finally:
         s.stop(drain=False)
@@ -190,3 +193,71 @@ def test_tumbling_target_is_the_running_mean_of_past_max_latencies(spark, tmp_pa
         assert r["target_s"] == pytest.approx(expected, abs=1e-9), (i, r["target_s"], expected)
         if i >= 1:
             learned.append(r["max_latency_s"])
+
+
+def test_live_slide_change_restarts_the_query_with_the_new_window(spark, tmp_path):
+    """set_slide changes the query's window: restarted from the checkpoint, nothing lost or doubled."""
+    run = tmp_path / "slide"
+    s = LiveStream("LR2S", policy="lmstream", traffic="constant", rate=500, speedup=10,
+                   run_dir=run, spark=spark).start()
+    try:
+        s.wait(batches=3, timeout=120)
+        old_id = s.query.runId
+        s.set_slide(5.0)
+        assert s.query.runId != old_id and s.is_active
+        n = len([r for r in s.records if r["rows"] > 0])
+        s.wait(batches=n + 4, timeout=120)
+    finally:
+        s.stop(drain=True)
+    df = load_metrics(run)
+    changed = df[df["changes"].notna()]
+    windows = [c for cs in changed["changes"] for c in cs if c.get("param") == "window_slide_s"]
+    assert len(windows) == 1 and windows[0]["old"] == 10 and windows[0]["value"] == 5.0
+    assert windows[0]["restart"] is True
+    cid = int(changed[changed["changes"].map(lambda cs: any(c.get("param") == "window_slide_s" for c in cs))]
+              ["batch_id"].iloc[0])
+    assert (df[df["batch_id"] >= cid]["target_s"] == 0.5).all()
+    # every dataset exactly once: the batches' spans tile the spool with no gap or overlap
+    data = df[df["rows"] > 0].sort_values("batch_id")
+    assert list(data["start_seq"].iloc[1:]) == list(data["end_seq"].iloc[:-1])
+    assert data["start_seq"].iloc[0] == 0
+    assert int(data["rows"].sum()) == s.spool.total_rows(0, int(data["end_seq"].iloc[-1]))
+    info = read_run_info(run)
+    assert info["slide_s"] == 5.0 and info["live_restarts"] == 1
+    # windows that opened after the change slide by 5 s; the range stays 30 s
+    out = pq.read_table(run / "output").to_pandas()
+    late = out[out["timestamp"] > out["timestamp"].max() - pd.Timedelta(seconds=10)]
+    assert len(late) and (late["timestamp"].dt.second % 5 == 0).all()
+    assert (late["timestamp"].dt.second % 10 != 0).any(), "no window of the new 5 s slide was emitted"
+
+
+def test_live_policy_switch(spark, tmp_path):
+    """lmstream -> asap takes effect at the next admission; -> fixed restarts with the trigger."""
+    run = tmp_path / "policy"
+    s = LiveStream("LR2S", policy="lmstream", traffic="constant", rate=500, speedup=10,
+                   run_dir=run, spark=spark).start()
+    try:
+        s.wait(batches=2, timeout=120)
+        s.set_policy("asap")
+        n = len([r for r in s.records if r["rows"] > 0])
+        s.wait(batches=n + 2, timeout=120)
+        s.set_policy("fixed", trigger_s=10)
+        n = len([r for r in s.records if r["rows"] > 0])
+        s.wait(batches=n + 2, timeout=120)
+        with pytest.raises(ConfigError, match="no latency bound"):
+            s.set_target(3)
+        s.set_policy("lmstream")
+        n = len([r for r in s.records if r["rows"] > 0])
+        s.wait(batches=n + 2, timeout=120)
+    finally:
+        s.stop(drain=False)
+    df = load_metrics(run)
+    data = df[df["rows"] > 0]
+    seen = [name for name, _ in itertools.groupby(data["policy"])]
+    assert seen == ["lmstream", "asap", "fixed", "lmstream"], seen
+    switches = [c for cs in df["changes"].dropna() for c in cs if c.get("param") == "policy"]
+    assert [(c["old"], c["value"], c.get("restart", False)) for c in switches] == [
+        ("lmstream", "asap", False), ("asap", "fixed", True), ("fixed", "lmstream", True)]
+    fixed = data[data["policy"] == "fixed"]
+    assert (fixed["decision_reason"] == "fixed").all()
+    assert s.controller is not None and s.controller.n_observed >= 1

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Mapping, Optional
 
 import pyarrow as pa
@@ -46,6 +46,10 @@ class Workload:
         batch-level operations Spark cannot run on a stream, such as ordering.
         Keep it free of extra Spark jobs: each one re-runs the micro-batch's
         plan (see :func:`lmstream_kit.workloads.cm1.order_batch`).
+    query_for_slide : callable, optional
+        ``query_for_slide(slide_s) -> build_query``: the same query over a window
+        sliding by ``slide_s``; a sliding workload with one can change its slide
+        (:meth:`with_slide`).
     """
 
     name: str
@@ -59,6 +63,7 @@ class Workload:
     checks: Mapping[str, tuple] = field(default_factory=dict)
     time_column: Optional[str] = None
     finish_batch: Optional[Callable[[Any], Any]] = None
+    query_for_slide: Optional[Callable[[float], Callable[[Any], Any]]] = None
 
     def __post_init__(self) -> None:
         if self.slide_s < 0:
@@ -69,6 +74,44 @@ class Workload:
     @property
     def window_kind(self) -> str:
         return "tumbling" if self.slide_s == 0 else "sliding"
+
+    def check_slide(self, slide_s: Any) -> float:
+        """Validate a new window slide for this workload's query; returns it as a float.
+
+        A sliding window keeps its range and takes any slide in ``(0, range]``.
+        A tumbling window (or a query without :attr:`query_for_slide`) has no
+        slide to change.
+        """
+        if isinstance(slide_s, bool) or not isinstance(slide_s, (int, float)) or not slide_s == slide_s:
+            raise ConfigError(f"window slide must be a number of seconds, got {slide_s!r}")
+        slide = float(slide_s)
+        if self.slide_s == 0 or self.query_for_slide is None:
+            raise ConfigError(
+                f"workload {self.name} has a {'tumbling' if self.slide_s == 0 else 'fixed'} window: "
+                f"its slide cannot change (change the latency target instead), got slide {slide_s:g} s"
+            )
+        if not 0 < slide <= self.window_range_s:
+            raise ConfigError(
+                f"window slide must be in (0, {self.window_range_s:g}] s (the window's range) "
+                f"for {self.name}, got {slide_s:g}"
+            )
+        return slide
+
+    def with_slide(self, slide_s: float) -> "Workload":
+        """This workload with its window sliding by ``slide_s`` (simulated s), same range.
+
+        >>> w = get_workload("LR2S").with_slide(5)
+        >>> w.slide_s, w.window_range_s
+        (5.0, 30)
+        >>> get_workload("LR2S").with_slide(45)
+        Traceback (most recent call last):
+        ...
+        lmstream_kit.exceptions.ConfigError: window slide must be in (0, 30] s (the window's range) for LR2S, got 45
+        """
+        slide = self.check_slide(slide_s)
+        if slide == self.slide_s:
+            return self
+        return replace(self, slide_s=slide, build_query=self.query_for_slide(slide))
 
 
 def with_event_time(stream, column: str, lateness_s: float):

@@ -93,6 +93,7 @@ CM1S = register(
         checks=CM_CHECKS,
         time_column="time",
         finish_batch=order_batch,
+        query_for_slide=_per_category,
     )
 )
 

@@ -18,13 +18,26 @@ LATENESS_S = 5
 SCHEDULE = 1
 
 
+def query_for_slide(slide_s: float):
+    """``build_query`` of CM2S over windows of RANGE_S sliding by ``slide_s``."""
+
+    def build_query(stream):
+        return _job_cpu(stream, slide_s)
+
+    return build_query
+
+
 def build_query(stream):
+    return _job_cpu(stream, SLIDE_S)
+
+
+def _job_cpu(stream, slide_s: float):
     from pyspark.sql import functions as F
 
     events = with_event_time(stream, "time", LATENESS_S)
     return (
         events.where(F.col("event_type") == SCHEDULE)
-        .groupBy(time_window(RANGE_S, SLIDE_S), "job_id")
+        .groupBy(time_window(RANGE_S, slide_s), "job_id")
         .agg(F.avg("cpu").alias("avgCpu"), F.count("*").alias("tasks"))
         .select(
             F.col("window.start").alias("window_start"),
@@ -49,5 +62,6 @@ CM2S = register(
         output_mode="append",
         checks=CM_CHECKS,
         time_column="time",
+        query_for_slide=query_for_slide,
     )
 )

@@ -104,6 +104,7 @@ LR1S = register(
         output_mode="append",
         checks=LR_CHECKS,
         time_column="time",
+        query_for_slide=_window_join,
     )
 )
 

@@ -19,12 +19,25 @@ SLIDE_S = 10
 LATENESS_S = 5
 
 
+def query_for_slide(slide_s: float):
+    """``build_query`` of LR2S over windows of RANGE_S sliding by ``slide_s``."""
+
+    def build_query(stream):
+        return _segment_speed(stream, slide_s)
+
+    return build_query
+
+
 def build_query(stream):
+    return _segment_speed(stream, SLIDE_S)
+
+
+def _segment_speed(stream, slide_s: float):
     from pyspark.sql import functions as F
 
     reports = with_event_time(stream, "time", LATENESS_S)
     per_segment = reports.groupBy(
-        time_window(RANGE_S, SLIDE_S),
+        time_window(RANGE_S, slide_s),
         "highway",
         "direction",
         "segment",
@@ -52,5 +65,6 @@ LR2S = register(
         output_mode="append",
         checks=LR_CHECKS,
         time_column="time",
+        query_for_slide=query_for_slide,
     )
 )

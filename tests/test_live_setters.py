@@ -1,0 +1,79 @@
+"""LiveStream's live setters on a stream that is not started (no Spark needed)."""
+
+from __future__ import annotations
+
+import pytest
+
+from lmstream_kit.exceptions import ConfigError
+from lmstream_kit.live import LiveStream
+
+
+def make(tmp_path, workload="LR2S", **kw):
+    kw.setdefault("policy", "lmstream")
+    return LiveStream(workload, speedup=4, run_dir=tmp_path / "run", **kw)
+
+
+def test_set_slide_before_start_changes_window_and_target(tmp_path):
+    s = make(tmp_path)
+    s.set_slide(5)
+    assert s.workload.slide_s == 5.0 and s.workload.window_range_s == 30
+    assert s.slide_s == 5.0
+    assert s.controller.target_s == pytest.approx(1.25)  # 5 simulated s at speedup 4
+    assert s.optimizer.snapshot()["target_latency_s"] == pytest.approx(1.25)
+    assert s._changes[-1]["param"] == "window_slide_s" and s._changes[-1]["restart"] is False
+    s.set_slide(5)  # no change: nothing recorded
+    assert [c["param"] for c in s._changes] == ["window_slide_s"]
+
+
+@pytest.mark.parametrize(
+    "workload, slide, message",
+    [
+        ("LR2S", 45, "window slide must be in (0, 30] s (the window's range) for LR2S, got 45"),
+        ("LR2S", 0, "window slide must be in (0, 30] s"),
+        ("LR2S", "fast", "window slide must be a number of seconds, got 'fast'"),
+        ("CM1T", 5, "workload CM1T has a tumbling window: its slide cannot change"),
+    ],
+)
+def test_set_slide_rejects_bad_values_and_changes_nothing(tmp_path, workload, slide, message):
+    s = make(tmp_path, workload)
+    target, wl = s.controller.target_s, s.workload
+    with pytest.raises(ConfigError) as err:
+        s.set_slide(slide)
+    assert message in str(err.value) and "\n" not in str(err.value)
+    assert s.controller.target_s == target and s.workload is wl
+
+
+def test_set_target_keeps_the_window(tmp_path):
+    s = make(tmp_path)
+    s.set_target(2)
+    assert s.controller.target_s == pytest.approx(0.5)
+    assert s.workload.slide_s == 10
+    with pytest.raises(ConfigError, match="latency target must be >= 0 seconds .* got -1"):
+        s.set_target(-1)
+    assert s.controller.target_s == pytest.approx(0.5)
+
+
+def test_set_policy_before_start_keeps_the_controller(tmp_path):
+    s = make(tmp_path)
+    controller = s.controller
+    s.set_policy("asap")
+    assert s.policy.name == "asap" and s.controller is None
+    with pytest.raises(ConfigError, match="no latency bound"):
+        s.set_target(3)
+    s.set_policy("fixed", trigger_s=5)
+    assert s.policy.trigger_s == 5.0
+    s.set_policy("lmstream")
+    assert s.controller is controller
+    assert [(c["old"], c["value"]) for c in s._changes] == [
+        ("lmstream", "asap"), ("asap", "fixed"), ("fixed", "lmstream")]
+    with pytest.raises(ConfigError, match="unknown policy"):
+        s.set_policy("fastest")
+
+
+def test_remove_on_batch(tmp_path):
+    s = make(tmp_path)
+    seen = []
+    s.on_batch(seen.append)
+    s.remove_on_batch(seen.append)
+    s.remove_on_batch(print)  # unknown: ignored
+    assert s._callbacks == []
