@@ -922,7 +922,10 @@ class LiveStream:
         changes = list(admission.changes) if admission and admission.changes else []
         changes.extend(self.mapper.pop_changes())
         if self.optimizer is not None:
-            changes.extend(_change_dicts(self.optimizer.pop_changes()))
+            by_hand = {c["value"] for c in changes if c.get("param") == "mapper.inflection_point"}
+            # a value set by hand reaches the optimizer and the mapper: record it once (the mapper's)
+            changes.extend(c for c in _change_dicts(self.optimizer.pop_changes())
+                           if not (c.get("param") == "inflection_point" and c.get("value") in by_hand))
         extra["changes"] = changes or None
         record = batch_record(
             batch_id=batch_id,

@@ -90,6 +90,9 @@ def test_the_optimizer_tunes_the_inflection_point_without_blocking_the_stream(sp
     set_batch = next(r for r in s.records if any(c["param"] == "mapper.inflection_point"
                                                  for c in (r.get("changes") or [])))
     assert all(r["inflection_point"] == 64 * 1024 for r in records if r["batch_id"] >= set_batch["batch_id"])
+    # the value set by hand is recorded once (the optimizer's copy of it is not)
+    params = [c["param"] for c in set_batch["changes"]]
+    assert params.count("mapper.inflection_point") == 1 and "inflection_point" not in params, params
 
 
 def test_rapids_mode_without_the_plugin_is_a_clear_error(spark, tmp_path):
