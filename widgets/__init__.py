@@ -1,14 +1,27 @@
-"""Notebook layer of lmstream_kit (dashboard widgets and figures).
+"""Notebook layer of lmstream_kit: the dashboard, its figures and its text status.
 
-The live dashboard arrives with the Jupyter issue; until then this package
-offers the text status that the dashboard falls back to where ipywidgets is
-missing.  It only reads metric records and never imports pyspark.
+:class:`~widgets.dashboard.Dashboard` shows a running
+:class:`~lmstream_kit.live.LiveStream` (live figures and controls) or replays a
+finished run directory; :mod:`widgets.figures` holds the pure plotly figures it
+draws, and :func:`status_line` the one-line status it shows (and falls back to
+where ipywidgets is missing).  ``Dashboard`` is imported lazily, so
+``import widgets`` stays cheap; nothing here imports pyspark.
 """
 
 from __future__ import annotations
 
 import math
 from typing import Mapping, Sequence
+
+__all__ = ["Dashboard", "status_line"]
+
+
+def __getattr__(name):
+    if name == "Dashboard":
+        from .dashboard import Dashboard
+
+        return Dashboard
+    raise AttributeError(f"module 'widgets' has no attribute {name!r}")
 
 
 def status_line(records: Sequence[Mapping]) -> str:
