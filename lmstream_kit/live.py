@@ -546,9 +546,6 @@ class LiveStream:
                     # the restarted query runs on a fresh clone of the session: no RAPIDS confs yet
                     self._stream_session = None
                     self._rapids_applied = {}
-                    self._changes.append(
-                        {**change, "restart": True, "restart_s": round(time.time() - t0, 3), "at": time.time()}
-                    )
                 query_workload = self.workload
                 if self.device_mode is not None and self.device_mode.mode == "twin":
                     query_workload = dataclasses.replace(
@@ -560,6 +557,10 @@ class LiveStream:
                 )
                 if self._listener is not None:
                     self._listener.query_id = str(self.query.id)
+                with self._lock:  # admission is still held: the next admitted batch carries it
+                    self._changes.append(
+                        {**change, "restart": True, "restart_s": round(time.time() - t0, 3), "at": time.time()}
+                    )
                 info = dict(self._run_info)
                 info.update(
                     policy=self.policy.name, trigger_s=self.policy.trigger_s, slide_s=self.slide_s,
