@@ -26,6 +26,7 @@ MODULES = [
     "lmstream_kit.workloads.hashing",
     "widgets",
     "widgets.figures",
+    "widgets.dashboard",
 ]
 
 
