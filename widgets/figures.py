@@ -229,14 +229,18 @@ def _data(df: pd.DataFrame) -> pd.DataFrame:
     return df[df["rows"].fillna(0) > 0]
 
 
+_LEGEND_BELOW = {"orientation": "h", "yanchor": "top", "y": -0.28, "xanchor": "left", "x": 0}
+
+
 def _figure(title: str, ytitle: str, *, xtitle: str = "batch id") -> go.Figure:
     fig = go.Figure()
     fig.update_layout(
         title={"text": title},
         xaxis={"title": {"text": xtitle}},
         yaxis={"title": {"text": ytitle}},
-        legend={"orientation": "h", "yanchor": "bottom", "y": 1.02, "xanchor": "left", "x": 0},
-        margin={"t": 90},
+        # the legend goes below the x axis: above the plot it covers the title in a narrow grid cell
+        legend=_LEGEND_BELOW,
+        margin={"t": 50, "b": 40},
         hovermode="x unified",
     )
     return fig
@@ -309,7 +313,8 @@ def batch_size_figure(records: Any) -> go.Figure:
     fig.add_trace(go.Bar(x=x, y=_values(df["rows"], count=True), name="rows", opacity=0.6))
     fig.add_trace(go.Scatter(x=x, y=_values(df["bytes"], count=True), name="bytes",
                              mode="lines+markers", yaxis="y2"))
-    _secondary_axis(fig, "bytes per batch")
+    _secondary_axis(fig, "bytes per batch", rangemode="tozero")
+    fig.update_yaxes(rangemode="tozero")
     return _add_markers(fig, df)
 
 
@@ -363,7 +368,8 @@ def inflection_figure(records: Any) -> go.Figure:
     """
     df = records_frame(records)
     fig = _figure("Inflection point and partition size", "bytes (log)")
-    fig.update_yaxes(type="log")
+    # log ticks at 1, 2 and 5 of each decade, in SI units (16k, 50k, 100k): readable when narrow
+    fig.update_yaxes(type="log", dtick="D2", exponentformat="SI")
     data = _data(df)
     if data.empty:
         return _empty(fig)
@@ -377,7 +383,7 @@ def inflection_figure(records: Any) -> go.Figure:
     if data["gpu_ops"].notna().any():
         fig.add_trace(go.Scatter(x=x, y=_values(data["gpu_ops"], count=True), name="GPU operators",
                                  mode="lines+markers", line={"shape": "hv", "dash": "dot"}, yaxis="y2"))
-        _secondary_axis(fig, "operators on the GPU", rangemode="tozero")
+        _secondary_axis(fig, "operators on the GPU", rangemode="tozero", tickformat="d")
     return _add_markers(fig, df)
 
 
@@ -531,8 +537,8 @@ def device_plan_figure(plan: Any, children: Mapping | None = None) -> go.Figure:
     fig = go.Figure()
     fig.update_layout(
         xaxis={"visible": False}, yaxis={"visible": False}, plot_bgcolor="white",
-        legend={"orientation": "h", "yanchor": "bottom", "y": 1.02, "xanchor": "left", "x": 0},
-        margin={"t": 90},
+        legend={"orientation": "h", "yanchor": "top", "y": 0.0, "xanchor": "left", "x": 0},
+        margin={"t": 70, "b": 30},
     )
     entries = list((plan or {}).get("entries") or ())
     if not entries:
@@ -542,9 +548,10 @@ def device_plan_figure(plan: Any, children: Mapping | None = None) -> go.Figure:
     pb = plan.get("partition_bytes")
     kib = lambda v: "-" if _is_missing(v) else f"{float(v) / 1024:.1f} KiB"
     n_gpu = sum(1 for e in entries if e.get("device") == "GPU")
+    # two short lines: one long line runs past a narrow figure
     fig.update_layout(title={"text": (
-        f"Device plan: inflection point {kib(ip)}, partition {kib(pb)} "
-        f"({n_gpu} of {len(entries)} operators on the GPU)"
+        f"Device plan: {n_gpu} of {len(entries)} operators on the GPU"
+        f"<br><sup>inflection point {kib(ip)}, partition {kib(pb)}</sup>"
     )})
     pos = plan_layout(plan, children)
     known_tree = _children_of(plan, children) is not None
@@ -582,4 +589,7 @@ def device_plan_figure(plan: Any, children: Mapping | None = None) -> go.Figure:
         ))
     xs = [p[0] for p in pos.values()]
     fig.update_xaxes(range=[min(xs) - 0.5, max(xs) + 1.5])
+    # room for one label per level: a 14-operator chain's labels overlap at the default height
+    levels = len({p[1] for p in pos.values()})
+    fig.update_layout(height=max(400, 130 + 24 * levels))
     return fig
