@@ -231,6 +231,7 @@ def test_live_slide_change_restarts_the_query_with_the_new_window(spark, tmp_pat
     assert (late["timestamp"].dt.second % 10 != 0).any(), "no window of the new 5 s slide was emitted"
 
 
+@pytest.mark.slow  # the 4.3 line checks the live restart with the slide test
 def test_live_policy_switch(spark, tmp_path):
     """lmstream -> asap takes effect at the next admission; -> fixed restarts with the trigger."""
     run = tmp_path / "policy"
