@@ -716,7 +716,7 @@ class LiveStream:
             self._changes.clear()
             pop = getattr(self.gate, "pop_changes", None)
             if pop is not None:
-                changes.extend(_change_dicts(pop()))
+                changes.extend(_change_dicts(pop(), prefix="controller."))
             placement = None
             if self._device_mode_name == "rapids":
                 placement = self._place_at_admission(pending)
@@ -1144,11 +1144,19 @@ class LiveStream:
         )
 
 
-def _change_dicts(changes) -> list[dict]:
+def _change_dicts(changes, prefix: str = "") -> list[dict]:
+    """Recorded changes as flat dicts: ``param``, ``old`` (when known), ``value``, ``at``.
+
+    The controller's :class:`ParamChange` (several parameters at once) becomes one
+    dict per parameter, named ``controller.<param>`` like the mapper's ``mapper.<param>``.
+    """
     out = []
     for change in changes or []:
         if isinstance(change, dict):
             out.append(change)
+        elif hasattr(change, "changes") and hasattr(change, "wall_time"):
+            for param, (old, new) in change.changes.items():
+                out.append({"param": f"{prefix}{param}", "old": old, "value": new, "at": change.wall_time})
         elif hasattr(change, "to_dict"):
             out.append(change.to_dict())
         else:

@@ -1,0 +1,331 @@
+"""The notebooks in notebooks/ run end to end in a real kernel and show what they claim.
+
+Every ``*.ipynb`` in ``notebooks/`` is executed by papermill with its own small
+defaults (only ``run_dir`` is injected, into ``tmp_path``), in this
+interpreter's ``python3`` kernel, and checked on what it produced: metrics
+written, static plotly figures in its outputs (plotly.js embedded, no CDN),
+``summary.json`` in its run directory and, per notebook, the cause and effect it
+teaches.  A new notebook is picked up automatically; it must start with a code
+cell tagged ``parameters`` that declares ``run_dir``, and write
+``run_dir/summary.json``.  A deliberately broken notebook
+(``tests/data/broken_notebook.ipynb``) checks that a failing cell fails the
+harness with that cell's error.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.notebook
+
+ROOT = Path(__file__).resolve().parents[1]
+NOTEBOOK_DIR = ROOT / "notebooks"
+NOTEBOOKS = sorted(NOTEBOOK_DIR.glob("*.ipynb"))
+BROKEN = ROOT / "tests" / "data" / "broken_notebook.ipynb"
+PLOTLY_MIME = "application/vnd.plotly.v1+json"
+WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
+#: the dashboard's figures (widgets.dashboard.FIGURE_KEYS)
+DASHBOARD_FIGURES = {"latency", "batch_size", "throughput", "time_split", "inflection", "device_plan"}
+
+
+def _papermill():
+    try:
+        import nbformat  # noqa: F401
+        import papermill
+    except ImportError as exc:
+        pytest.fail(f"{exc.name} is missing: install the notebook extra (pip install -e '.[notebook]')")
+    return papermill
+
+
+def execute(notebook: Path, tmp_path: Path, **params):
+    """Run ``notebook`` with ``params`` plus a run_dir under ``tmp_path``; returns (executed nb, run_dir)."""
+    papermill = _papermill()
+    run_dir = tmp_path / "run"
+    nb = papermill.execute_notebook(
+        str(notebook),
+        str(tmp_path / notebook.name),
+        parameters={"run_dir": str(run_dir), **params},
+        kernel_name="python3",
+        cwd=str(tmp_path),
+        progress_bar=False,
+        log_output=False,
+        # a FigureWidget's state would add plotly.js (~5 MB) per widget to the notebook
+        store_widget_state=False,
+        execution_timeout=300,
+        start_timeout=120,
+    )
+    return nb, run_dir
+
+
+def outputs(nb) -> list[dict]:
+    """Every output of every code cell, in order, each with the index of its cell."""
+    found = []
+    for index, cell in enumerate(nb.cells):
+        for out in cell.get("outputs", []) if cell.cell_type == "code" else []:
+            found.append({"cell": index, **out})
+    return found
+
+
+def text_of(nb) -> str:
+    """Everything the cells printed and displayed as text."""
+    parts = []
+    for out in outputs(nb):
+        if out["output_type"] == "stream":
+            parts.append(out["text"])
+        elif "data" in out:
+            parts.append(str(out["data"].get("text/plain", "")))
+            parts.append(str(out["data"].get("text/markdown", "")))
+    return "\n".join(parts)
+
+
+def metrics_of(run_dir: Path) -> dict[str, list[dict]]:
+    """The metrics records of every stream under ``run_dir``, keyed by its directory."""
+    from lmstream_kit.metrics import read_jsonl
+
+    return {str(p.parent.relative_to(run_dir)): read_jsonl(p) for p in sorted(run_dir.rglob("metrics.jsonl"))}
+
+
+def data_records(records: list[dict]) -> list[dict]:
+    return [r for r in records if (r.get("rows") or 0) > 0]
+
+
+# ------------------------------------------------------------------ what each notebook must show
+
+
+def check_quickstart(nb, run_dir: Path, summary: dict) -> None:
+    records = metrics_of(run_dir)["."]
+    change = summary["change_batch_id"]
+    new = summary["new_inflection_point"]
+    # the slider's change is recorded in the metrics with the batch id it first applied to
+    recorded = {r["batch_id"]: r.get("changes") or [] for r in records}
+    assert any(c.get("param") == "mapper.inflection_point" and c.get("value") == new for c in recorded[change]), (
+        f"batch {change} does not record the inflection point change: {recorded[change]}"
+    )
+    assert not any(c.get("param") == "mapper.inflection_point" for b, cs in recorded.items() if b < change
+                   for c in cs), "an inflection point change is recorded before the slider moved"
+    # and every later data batch was placed with the new value
+    later = [r for r in data_records(records) if r["batch_id"] > change]
+    assert later, f"no data batch after the change at batch {change}"
+    assert {r["inflection_point"] for r in later} == {new}, [r["inflection_point"] for r in later]
+    assert summary["inflection_after_change"] and set(summary["inflection_after_change"]) == {new}
+    assert list((run_dir / "output").glob("*.parquet")), "the query wrote no results"
+    # the dashboard was shown live, and its figures end the notebook as static copies
+    assert set(summary["figures"]) == DASHBOARD_FIGURES
+    assert any(WIDGET_MIME in out.get("data", {}) for out in outputs(nb)), "the dashboard was not displayed"
+    assert len(plotly_outputs(nb)) >= len(DASHBOARD_FIGURES)
+
+
+def check_dynamic_batching(nb, run_dir: Path, summary: dict) -> None:
+    runs = metrics_of(run_dir)
+    assert {"lmstream", "fixed"} <= set(runs), sorted(runs)
+    bound = summary["bound_s"]
+    for policy in ("lmstream", "fixed"):
+        # measured: the data batches without the two start-up ones and the one that drained the stream
+        ids = [r["batch_id"] for r in data_records(runs[policy]) if r.get("decision_reason") != "drain"][2:]
+        assert summary["measured_batch_ids"][policy] == ids
+        assert len(ids) == summary["batches"][policy] >= 3, f"{policy}: {len(ids)} batches measured"
+        measured = [r for r in runs[policy] if r["batch_id"] in ids]
+        share = sum(r["max_latency_s"] <= bound for r in measured) / len(measured)
+        assert share == pytest.approx(summary["within_bound"][policy]), policy
+    # the point of the notebook: LMStream bounds the latency, the fixed trigger does not
+    assert summary["within_bound"]["lmstream"] > summary["within_bound"]["fixed"], summary["within_bound"]
+    assert summary["mean_max_latency_s"]["lmstream"] < summary["mean_max_latency_s"]["fixed"]
+
+
+def check_device_mapping(nb, run_dir: Path, summary: dict) -> None:
+    records = data_records(metrics_of(run_dir)["."])
+    plans = [json.loads(r["device_plan"]) for r in records if r.get("device_plan")]
+    assert plans, "no device plan recorded"
+    assert len(plans[-1]["entries"]) == summary["operators"] >= 5
+    info = json.loads((run_dir / "run.json").read_text())
+    assert summary["device_mode"] == info["device_mode"] in ("advisory", "rapids", "twin")
+    assert info["device_mode_reason"] and summary["device_mode_reason"] == info["device_mode_reason"]
+    counts = [n for row in summary["grid"].values() for n in row.values()]
+    # the grid spans both regimes, and moves only one way (paper Fig. 5)
+    assert min(counts) == 0 and max(counts) > 0, summary["grid"]
+    assert summary["monotone_in_size"] and summary["monotone_in_inflection_point"]
+    assert "Device plan" in json.dumps([out.get("data", {}).get(PLOTLY_MIME) for out in plotly_outputs(nb)])
+
+
+def check_parameter_optimization(nb, run_dir: Path, summary: dict) -> None:
+    records = metrics_of(run_dir)["."]
+    frozen_at, released_at = summary["frozen_at"], summary["released_at"]
+    assert frozen_at < released_at
+
+    def recorded(batch_id, value):
+        rec = next(r for r in records if r["batch_id"] == batch_id)
+        return any(c.get("param") == "frozen" and c.get("value") is value for c in rec.get("changes") or [])
+
+    assert recorded(frozen_at, True) and recorded(released_at, False)
+    frozen = [r["inflection_point"] for r in data_records(records) if frozen_at < r["batch_id"] < released_at]
+    assert frozen, "no data batch while the optimizer was frozen"
+    assert set(frozen) == {summary["held_value"]}, frozen  # held without dither while frozen
+    tuned = [r["inflection_point"] for r in data_records(records) if r["batch_id"] < frozen_at]
+    assert len(set(tuned)) > 1, f"the optimizer never moved the inflection point: {tuned}"
+    shares = summary["table4_percent"]
+    assert shares["total"] == pytest.approx(100.0)
+    assert shares["overhead"] < 1.0, shares  # the paper's claim: LMStream's own work is under 1% of the time
+
+
+def check_policy_comparison(nb, run_dir: Path, summary: dict) -> None:
+    assert set(summary["policies"]) == {"lmstream", "fixed", "asap"}
+    assert summary["cells"] == 3 * len(summary["queries"]) and summary["batches"] > 0
+    bench = run_dir / "bench"
+    assert (bench / "results.parquet").is_file() and (bench / "batches.parquet").is_file()
+    report = (bench / "report.html").read_text()
+    assert "Plotly.newPlot" in report and "Paper Fig. 6" in report
+    runs = metrics_of(run_dir)
+    for policy in summary["policies"]:
+        cells = [name for name in runs if f"-{policy}-" in name]
+        assert cells and all(data_records(runs[name]) for name in cells), (policy, sorted(runs))
+
+
+def check_lab(nb, run_dir: Path, summary: dict) -> None:
+    verdicts = summary["verdicts"]
+    assert set(verdicts) == {"1a", "1b", "2a", "2b"}
+    assert summary["all_match"], verdicts
+    text = text_of(nb)
+    for exercise in verdicts:
+        assert f"VERDICT {exercise}: " in text and "MATCHES" in text
+    assert "DOES NOT MATCH" not in text
+    runs = metrics_of(run_dir)
+    assert data_records(runs["fixed"]) and data_records(runs["lmstream"])
+    # exercise 2 changed the latency bound: the controller's target in the records halves
+    targets = [r["target_s"] for r in data_records(runs["lmstream"])]
+    assert targets[0] == pytest.approx(2 * targets[-1]), targets
+
+
+CHECKS = {
+    "00_quickstart": check_quickstart,
+    "01_dynamic_batching": check_dynamic_batching,
+    "02_device_mapping": check_device_mapping,
+    "03_parameter_optimization": check_parameter_optimization,
+    "04_policy_comparison": check_policy_comparison,
+    "lab_01_latency_bounds": check_lab,
+}
+
+
+def plotly_outputs(nb) -> list[dict]:
+    return [out for out in outputs(nb) if PLOTLY_MIME in out.get("data", {})]
+
+
+# ------------------------------------------------------------------ tests
+
+
+def test_the_notebook_set_is_there():
+    assert {nb.stem for nb in NOTEBOOKS} >= set(CHECKS)
+
+
+@pytest.mark.parametrize("notebook", NOTEBOOKS, ids=lambda p: p.stem)
+def test_notebook_is_committed_clean_with_a_parameters_cell(notebook):
+    import nbformat
+
+    nb = nbformat.read(notebook, as_version=4)
+    nbformat.validate(nb)
+    assert nb.metadata.get("kernelspec", {}).get("name") == "python3"
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    assert code and "parameters" in code[0].metadata.get("tags", []), (
+        f"{notebook.name}: the first code cell must be tagged 'parameters'"
+    )
+    assert "run_dir" in _papermill().inspect_notebook(str(notebook)), f"{notebook.name}: no run_dir parameter"
+    dirty = [i for i, c in enumerate(nb.cells) if c.cell_type == "code" and (c.outputs or c.execution_count)]
+    assert not dirty, f"{notebook.name}: cells {dirty} have outputs; commit notebooks without them"
+
+
+@pytest.mark.parametrize("notebook", NOTEBOOKS, ids=lambda p: p.stem)
+def test_notebook_runs_and_shows_its_results(notebook, tmp_path):
+    nb, run_dir = execute(notebook, tmp_path)
+
+    # metrics were written by its streams
+    runs = metrics_of(run_dir)
+    assert runs and all(data_records(records) for records in runs.values()), {k: len(v) for k, v in runs.items()}
+    summary = json.loads((run_dir / "summary.json").read_text())
+
+    # static figures in the outputs, drawn by plotly.js embedded in the notebook (no CDN), after any widget
+    figures = plotly_outputs(nb)
+    assert figures, "no plotly figure in the outputs"
+    assert all("text/html" in out["data"] for out in figures), "figures without an HTML form (nbconvert)"
+    html = [str(out["data"].get("text/html", "")) for out in outputs(nb) if "data" in out]
+    assert any("Plotly.newPlot" in h for h in html)
+    # a CDN renderer ("notebook_connected", "cdn") loads cdn.plot.ly/plotly-<version>.min.js
+    assert not [h for h in html if "cdn.plot.ly/plotly-" in h], "a figure loads plotly.js from a CDN"
+    widgets = [out["cell"] for out in outputs(nb) if WIDGET_MIME in out.get("data", {})]
+    if widgets:
+        assert max(out["cell"] for out in figures) > max(widgets), "live widgets without a static snapshot after"
+
+    check = CHECKS.get(notebook.stem)
+    if check is not None:
+        check(nb, run_dir, summary)
+
+
+def test_full_parameters_of_make_notebooks_are_declared_by_the_notebooks():
+    """``scripts/run_notebooks.py`` (``make notebooks``) only sets parameters the notebooks declare."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("run_notebooks", ROOT / "scripts" / "run_notebooks.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    papermill = _papermill()
+    assert set(script.FULL_PARAMS) <= {nb.stem for nb in NOTEBOOKS}
+    for name, params in script.FULL_PARAMS.items():
+        declared = papermill.inspect_notebook(str(NOTEBOOK_DIR / f"{name}.ipynb"))
+        assert set(params) <= set(declared), f"{name}: {sorted(set(params) - set(declared))} not declared"
+
+
+def test_a_failing_cell_fails_with_its_error(tmp_path):
+    _papermill()
+    import nbformat
+    from papermill.exceptions import PapermillExecutionError
+
+    with pytest.raises(PapermillExecutionError) as failure:
+        execute(BROKEN, tmp_path, message="boom from the test")
+    err = failure.value
+    assert err.ename == "ValueError"
+    assert "boom from the test (value 42)" in err.evalue and "boom from the test" in str(err)
+    assert "check(42)" in err.source
+    # the executed copy stops at that cell: the cells after it did not run
+    nb = nbformat.read(tmp_path / BROKEN.name, as_version=4)
+    assert "kernel python" in text_of(nb) and "never reached" not in text_of(nb)
+
+
+def test_kernel_is_this_interpreter(tmp_path):
+    """The ``python3`` kernel that papermill starts is this venv's python (jupyter_client runs sys.executable)."""
+    import nbformat
+    from nbformat.v4 import new_code_cell, new_notebook
+
+    nb = new_notebook(cells=[
+        new_code_cell("run_dir = None", metadata={"tags": ["parameters"]}),
+        new_code_cell("import sys\nprint(sys.prefix)\nprint(sys.executable)"),
+    ])
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    probe = tmp_path / "probe.ipynb"
+    nbformat.write(nb, probe)
+    out = tmp_path / "out"
+    out.mkdir()
+    executed, _ = execute(probe, out)
+    prefix, executable = text_of(executed).split()[:2]
+    assert Path(prefix).resolve() == Path(sys.prefix).resolve()
+    assert Path(executable).resolve() == Path(sys.executable).resolve()
+
+
+def test_run_notebooks_script_reports_a_failure_in_one_line(tmp_path):
+    _papermill()
+    nb_dir = tmp_path / "nbs"
+    nb_dir.mkdir()
+    (nb_dir / "broken.ipynb").write_bytes(BROKEN.read_bytes())
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "run_notebooks.py"), "--quick", "--dir", str(nb_dir),
+         "--out", str(tmp_path / "out")],
+        capture_output=True, text=True, timeout=300, check=False,
+    )
+    assert done.returncode == 1, done.stdout + done.stderr
+    line = next(line for line in done.stdout.splitlines() if line.startswith("[1/1] broken"))
+    assert "FAILED" in line and "ValueError: the broken notebook's deliberate failure (value 42)" in line, line
+    assert "Traceback" not in done.stdout + done.stderr
+    assert (tmp_path / "out" / "broken.ipynb").is_file()  # the executed copy shows the traceback
+    assert json.loads((tmp_path / "out" / "notebooks.json").read_text())["failed"] == ["broken"]
