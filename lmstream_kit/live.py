@@ -381,7 +381,7 @@ class LiveStream:
         change = {"param": "policy", "old": old.name, "value": policy.name}
         if policy.trigger_s != old.trigger_s:
             change["trigger_s"] = policy.trigger_s
-        if policy.trigger_s != old.trigger_s and self.query is not None and not self._stopped:
+            # Spark's trigger changes only with a restart (before start: only the configuration)
             self._restart_query(change, policy=policy, gate=gate)
             return
         with self._lock:
@@ -424,7 +424,7 @@ class LiveStream:
         from .engine.channel import ChannelServer
         from .engine.listener import ProgressListener
         from .engine.session import build_session, spark_version
-        from .engine.stream import checkpoint_offsets, start_query
+        from .engine.stream import checkpoint_offsets
 
         try:
             self.run_dir.mkdir(parents=True, exist_ok=True)
@@ -476,12 +476,6 @@ class LiveStream:
             optimizer=self.optimizer is not None,
             plan_cache=self.plan_cache.enabled,
         )
-        query_workload = self.workload
-        if self.device_mode.mode == "twin":
-            # Spark runs the stream (offsets, checkpoint, admission); the twin runs the query
-            query_workload = dataclasses.replace(
-                self.workload, build_query=lambda stream: stream, output_mode="append", finish_batch=None
-            )
         self._query_kwargs = dict(
             source_options={
                 "spool": self.spool.uri,
@@ -495,15 +489,33 @@ class LiveStream:
             name=self.name.replace("-", "_"),
         )
         try:
-            self.query = start_query(
-                self.spark, workload=query_workload, trigger_s=self.policy.trigger_s / self.speedup,
-                **self._query_kwargs,
-            )
+            self.query = self._start_query()
         except BaseException:
             self._teardown()
             raise
         self._listener.query_id = str(self.query.id)
         return self
+
+    def _start_query(self):
+        """Start the streaming query with the current workload and policy (from the checkpoint)."""
+        from .engine.stream import start_query
+
+        workload = self.workload
+        if self._device_mode_name == "twin":
+            # Spark runs the stream (offsets, checkpoint, admission); the twin runs the query
+            workload = dataclasses.replace(
+                workload, build_query=lambda stream: stream, output_mode="append", finish_batch=None
+            )
+        return start_query(
+            self.spark, workload=workload, trigger_s=self.policy.trigger_s / self.speedup, **self._query_kwargs
+        )
+
+    def _adopt(self, workload: Optional[Workload], policy, gate) -> None:
+        """Take a new workload and/or policy with its gate (call with the lock held)."""
+        if workload is not None:
+            self.workload = workload
+        if policy is not None:
+            self.policy, self.gate = policy, gate
 
     def _restart_query(self, change: dict, *, workload: Optional[Workload] = None, policy=None,
                        gate=None, timeout: float = 120.0) -> None:
@@ -516,15 +528,12 @@ class LiveStream:
         after the restart.  Before :meth:`start` (or after :meth:`stop`) only the
         configuration changes.
         """
-        from .engine.stream import start_query, stop_query
+        from .engine.stream import stop_query
 
         with self._restart_lock:
             if self.query is None or self._stopped:
                 with self._lock:
-                    if workload is not None:
-                        self.workload = workload
-                    if policy is not None:
-                        self.policy, self.gate = policy, gate
+                    self._adopt(workload, policy, gate)
                     self._changes.append({**change, "restart": False, "at": time.time()})
                 return
             t0 = time.time()
@@ -538,23 +547,12 @@ class LiveStream:
                           timeout=timeout)
                 stop_query(self.query, is_idle=lambda: not self._in_batch)
                 with self._lock:
-                    if workload is not None:
-                        self.workload = workload
-                    if policy is not None:
-                        self.policy, self.gate = policy, gate
+                    self._adopt(workload, policy, gate)
                     self._planned.clear()
                     # the restarted query runs on a fresh clone of the session: no RAPIDS confs yet
                     self._stream_session = None
                     self._rapids_applied = {}
-                query_workload = self.workload
-                if self.device_mode is not None and self.device_mode.mode == "twin":
-                    query_workload = dataclasses.replace(
-                        self.workload, build_query=lambda stream: stream, output_mode="append", finish_batch=None
-                    )
-                self.query = start_query(
-                    self.spark, workload=query_workload, trigger_s=self.policy.trigger_s / self.speedup,
-                    **self._query_kwargs,
-                )
+                self.query = self._start_query()
                 if self._listener is not None:
                     self._listener.query_id = str(self.query.id)
                 with self._lock:  # admission is still held: the next admitted batch carries it
