@@ -28,7 +28,11 @@ from lmstream_kit.workloads import get_workload
 
 pytestmark = pytest.mark.spark
 
-SPEEDUP = 25
+#: Every comparison needs several batches, and closing windows (late rows, too, are dropped
+#: against the watermark the batch before last left).  A micro-batch takes Spark about a wall
+#: second here whatever its size, so a run must last several wall seconds: at 25x a 60 s run
+#: (2.4 wall s) had 3 or 4 batches and one that emitted; at 10x a 45 s burst lasts 4.5 s.
+SPEEDUP = 10
 NO_DATA_BATCHES = "spark.sql.streaming.noDataMicroBatches.enabled"
 
 
@@ -146,19 +150,29 @@ def with_late_rows(make_rows):
 
 
 def with_early_other_events(make_rows):
-    """CM rows with late ones and, every fourth second, non-SCHEDULE events 4 s ahead.
+    """CM rows with late ones and, every fourth second, non-SCHEDULE events 4 s ahead; the last
+    second of each burst of ``BurstTraffic`` also brings SCHEDULE events 10 s ahead.
 
-    Those must not move CM2S's watermark: Spark filters ``event_type = 1`` before it.
+    The non-SCHEDULE events must not move CM2S's watermark: Spark filters
+    ``event_type = 1`` before it.  The SCHEDULE events at a burst's end do: the
+    batch that takes them moves the watermark past at least one window end (the
+    slide is 5 s), so the no-data batch that follows it in the gap has windows to
+    close however the batches cut the burst (cut finely, the last batch of a
+    burst moves the watermark by a second or two, often past no window end).
     """
 
+    def with_event_type(table, event_type):
+        index = table.schema.get_field_index("event_type")
+        column = pa.array([event_type] * table.num_rows, pa.int32())
+        return table.set_column(index, table.schema.field(index), column)
+
     def make(second, n, rng):
-        table = with_late_rows(make_rows)(second, n, rng)
-        if second % 4:
-            return table
-        ahead = make_rows(second + 4, max(1, n // 20), rng)
-        index = ahead.schema.get_field_index("event_type")
-        ahead = ahead.set_column(index, ahead.schema.field(index), pa.array([0] * ahead.num_rows, pa.int32()))
-        return pa.concat_tables([table, ahead])
+        parts = [with_late_rows(make_rows)(second, n, rng)]
+        if second % 4 == 0:
+            parts.append(with_event_type(make_rows(second + 4, max(1, n // 20), rng), 0))
+        if second % BurstTraffic.cycle_s == BurstTraffic.burst_s - 1:
+            parts.append(with_event_type(make_rows(second + 10, max(1, n // 20), rng), 1))
+        return pa.concat_tables(parts)
 
     return make
 
@@ -167,13 +181,15 @@ class BurstTraffic(Traffic):
     """``rows`` a second for 45 s, then nothing for 45 s: in the gaps Spark runs no-data batches."""
 
     name = "bursts"
+    burst_s = 45
+    cycle_s = 90
 
     def __init__(self, rows: int) -> None:
         super().__init__()
         self.rows = rows
 
     def _base_rows(self, second: int) -> float:
-        return self.rows if second % 90 < 45 else 0
+        return self.rows if second % self.cycle_s < self.burst_s else 0
 
     def _describe(self) -> str:
         return f"{self.rows} rows/s for 45 s in every 90 s"
@@ -196,7 +212,8 @@ def no_data_batches(spark):
     [
         ("LR2S", "random", 400, 60),
         ("CM1S", "constant", 200, 70),
-        ("CM1T", "random", 200, 140),
+        # two 60 s windows must close: the second one's closing batch needs data after 125 s
+        ("CM1T", "random", 200, 200),
         ("CM2S", "constant", 300, 70),
         ("LR1S", "random", 150, 50),
         ("LR1T", "constant", 300, 60),
@@ -221,8 +238,9 @@ def test_twin_drops_late_rows_and_closes_windows_in_no_data_batches_like_spark(
     run = tmp_path / f"{name.lower()}-late"
     stream(late, run, spark, traffic=BurstTraffic(200), duration_s=135, seed=23)
     seen = replay(run, name)
-    assert seen["dropped_late"] > 0, "the traffic must have had late rows"
+    cuts = [(r["batch_id"], r["rows"], r.get("decision_reason"), r.get("spark_numInputRows")) for r in records(run)]
+    assert seen["dropped_late"] > 0, f"the traffic must have had late rows; batches (id, rows): {cuts}"
     if name == "CM2S":
-        assert seen["empty_emitting"] > 0, "no-data batches must have closed windows"
+        assert seen["empty_emitting"] > 0, f"no-data batches must have closed windows; batches (id, rows): {cuts}"
     # every row the feed spooled was in a replayed batch
     assert sum(r["rows"] for r in records(run)) == Spool(run / "spool", create=False).total_rows()
