@@ -53,6 +53,7 @@ from typing import Any, Callable, Optional, Sequence
 from .devices import check_device_mode
 from .exceptions import ConfigError
 from .policies import POLICIES
+from .record import latency_bound, summarize
 from .workloads import get_workload
 
 ProgressFn = Callable[[dict], None]
@@ -246,9 +247,27 @@ class CapacitySearch:
 
 # ---------------------------------------------------------------------- one cell
 def bound_s(workload, speedup: float) -> float:
-    """The latency bound in wall seconds: the slide, or a tumbling window's length."""
-    length = workload.slide_s if workload.slide_s > 0 else workload.window_range_s
-    return float(length) / float(speedup)
+    """The latency bound in wall seconds (:func:`~lmstream_kit.record.latency_bound`) of ``workload``."""
+    return latency_bound(workload.slide_s, workload.window_range_s, speedup)
+
+
+#: the results' columns and the :func:`~lmstream_kit.record.summarize` keys they hold
+_CELL_SUMMARY = {
+    "wall_s": "wall_s",
+    "avg_latency_s": "latency_mean_s",
+    "mean_max_latency_s": "max_latency_mean_s",
+    "p95_max_latency_s": "max_latency_p95_s",
+    "max_latency_s": "max_latency_max_s",
+    "within_bound": "within_bound",
+    "throughput_rows_s": "throughput_rows_s",
+    "sustained_rows_s": "sustained_rows_s",
+    "mean_rows_per_batch": "rows_per_batch",
+    "buffering_s": "buffering_s",
+    "decision_s": "decision_s",
+    "mapping_s": "mapping_s",
+    "processing_s": "processing_s",
+    "optimizer_s": "optimizer_s",
+}
 
 
 def cell_row(metrics, *, workload, policy: str, traffic: str, rep: int, seed: int, rate: float,
@@ -283,32 +302,8 @@ def cell_row(metrics, *, workload, policy: str, traffic: str, rep: int, seed: in
         "rows": rows,
     }
     nan = float("nan")
-    if len(data):
-        first = float(data["oldest_arrival"].min())
-        wall = float(data["completed_at"].max()) - first
-        maxlat = data["max_latency_s"].astype(float)
-        processing = float(data["processing_s"].sum())
-        row.update(
-            wall_s=wall,
-            avg_latency_s=float((data["avg_latency_s"] * data["rows"]).sum() / rows) if rows else nan,
-            mean_max_latency_s=float(maxlat.mean()),
-            p95_max_latency_s=float(maxlat.quantile(0.95)),
-            max_latency_s=float(maxlat.max()),
-            within_bound=float((maxlat <= bound).mean()),
-            throughput_rows_s=rows / processing if processing > 0 else nan,
-            sustained_rows_s=rows / wall if wall > 0 else nan,
-            mean_rows_per_batch=rows / len(data),
-            buffering_s=float(data["buffering_s"].sum()),
-            decision_s=float(data["decision_s"].fillna(0).sum()) if "decision_s" in data else 0.0,
-            mapping_s=float(data["mapping_s"].fillna(0).sum()) if "mapping_s" in data else 0.0,
-            processing_s=processing,
-            optimizer_s=float(data["optimizer_s"].fillna(0).sum()) if "optimizer_s" in data else 0.0,
-        )
-    else:
-        for key in ("wall_s", "avg_latency_s", "mean_max_latency_s", "p95_max_latency_s", "max_latency_s",
-                    "within_bound", "throughput_rows_s", "sustained_rows_s", "mean_rows_per_batch"):
-            row[key] = nan
-        row.update(buffering_s=0.0, decision_s=0.0, mapping_s=0.0, processing_s=0.0, optimizer_s=0.0)
+    summary = summarize(data.to_dict("records") if len(data) else [], bound_s=bound)
+    row.update({column: summary[key] for column, key in _CELL_SUMMARY.items()})
     cpu = cpu or {}
     jvm, workers, kit = (float(cpu.get(k, nan)) for k in ("jvm_s", "workers_s", "kit_s"))
     total = sum(v for v in (jvm, workers, kit) if not math.isnan(v)) if cpu else nan
@@ -471,8 +466,7 @@ def run_bench(
     import pandas as pd
 
     from .cpu import CpuMeter
-    from .engine.procs import driver_jvm_pid
-    from .engine.session import build_session, java_version, spark_version
+    from .engine.adapter import SparkEngine
     from .metrics import JsonlWriter
 
     out = Path(out)
@@ -481,22 +475,21 @@ def run_bench(
     except OSError as exc:
         raise ConfigError(f"cannot create bench directory {out}: {exc.strerror}") from None
     notify = progress or (lambda event: None)
-    own_spark = spark is None
     started = datetime.now(timezone.utc)
-    if own_spark:
-        spark = build_session(master=cfg.master, conf=cfg.spark_conf, app_name="lmstream_kit-bench")
+    engine = SparkEngine(master=cfg.master, spark=spark, conf=cfg.spark_conf, app_name="lmstream_kit-bench")
+    engine.open()
     try:
-        meter = CpuMeter(driver_jvm_pid(spark))
-        runner = _Runner(cfg, out, spark, meter)
+        meter = CpuMeter(engine.driver_pid())
+        runner = _Runner(cfg, out, engine.spark, meter)
         meta = {
             "command": command or "run_bench(...)",
             "started_at": started.isoformat(timespec="seconds"),
             "machine": machine_info(),
             "python": platform.python_version(),
-            "spark_version": spark_version(),
-            "java_version": java_version(spark),
+            "spark_version": engine.spark_version(),
+            "java_version": engine.java_version(),
             "kit_version": _kit_version(),
-            "master": spark.sparkContext.master,
+            "master": engine.master,
             "config": _config_dict(cfg),
             **{k: _config_dict(cfg)[k] for k in ("speedup", "duration_s", "repeat", "rate", "queries",
                                                   "policies", "traffic", "trigger_s", "output")},
@@ -549,11 +542,7 @@ def run_bench(
         write_reports(out, results, batches, capacity, meta, reproduction=reproduction, notes=notes)
         return BenchResult(results, batches, capacity, meta, out)
     finally:
-        if own_spark:
-            try:
-                spark.stop()
-            except Exception:
-                pass
+        engine.close()
 
 
 def _capacity(cfg: BenchConfig, runner: _Runner, out: Path, notify: ProgressFn) -> list[dict]:

@@ -178,7 +178,7 @@ def _progress(stream, *, duration: float, watch_input: bool) -> None:
     with Progress(*columns, console=console, transient=False) as bar:
         task = bar.add_task("streaming", total=duration, batches=0, rows=0, maxlat="-")
         while True:
-            stream._check_health()
+            stream.check_health()
             records = [r for r in stream.records if r["rows"] > 0]
             last = records[-1]["max_latency_s"] if records else None
             if watch_input:

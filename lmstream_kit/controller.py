@@ -38,11 +38,20 @@ import numbers
 import threading
 import time
 from collections import deque
-from statistics import NormalDist
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 from .exceptions import ConfigError
+from .protocol import BatchController, Param
+from .stats import (
+    ServiceTimeModel,
+    _check_history,
+    _nonneg,
+    _real,
+    nearest_rank_quantile,
+    prediction_bound,
+)
 
 __all__ = [
     "AdmissionController",
@@ -168,13 +177,6 @@ class ParamChange:
 # ---------------------------------------------------------------------------
 
 
-def _real(name: str, value: Any) -> float:
-    # bool is an int subclass but "slide_s=True" is always a mistake.
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise ConfigError(f"{name} must be a number, got {value!r}")
-    return float(value)
-
-
 def _check_slide(value: Any) -> float:
     v = _real("slide_s", value)
     if math.isnan(v) or v < 0:
@@ -191,16 +193,6 @@ def _check_quantile(value: Any) -> float:
     return v
 
 
-def _nonneg(name: str) -> Callable[[Any], float]:
-    def check(value: Any) -> float:
-        v = _real(name, value)
-        if not (v >= 0.0 and math.isfinite(v)):  # "not >=" also rejects NaN
-            raise ConfigError(f"{name} must be a finite number >= 0, got {value}")
-        return v
-
-    return check
-
-
 def _check_initial_target(value: Any) -> float:
     v = _real("initial_target_s", value)
     if not (v > 0.0 and math.isfinite(v)):
@@ -212,12 +204,6 @@ def _check_prior_processing(value: Any) -> float | None:
     if value is None:
         return None
     return _nonneg("prior_processing_s")(value)
-
-
-def _check_history(value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
-        raise ConfigError(f"history must be an integer >= 1, got {value!r}")
-    return int(value)
 
 
 _VALIDATORS: dict[str, Callable[[Any], Any]] = {
@@ -237,221 +223,7 @@ def _check_bool(name: str, value: Any) -> bool:
     return value
 
 
-def student_t_quantile(q: float, dof: int) -> float:
-    """Quantile of Student's t distribution (Cornish-Fisher expansion around the normal).
-
-    Accurate to about 1% for ``dof >= 2`` at the quantiles used for margins.
-
-    >>> round(student_t_quantile(0.95, 4), 2), round(student_t_quantile(0.95, 1000), 3)
-    (2.13, 1.646)
-    """
-    z = NormalDist().inv_cdf(q)
-    v = float(dof)
-    return (
-        z
-        + (z**3 + z) / (4 * v)
-        + (5 * z**5 + 16 * z**3 + 3 * z) / (96 * v**2)
-        + (3 * z**7 + 19 * z**5 + 17 * z**3 - 15 * z) / (384 * v**3)
-    )
-
-
-def prediction_bound(values: Sequence[float], q: float) -> float | None:
-    """Upper ``q`` prediction bound of the next value of a sample, assuming normal errors.
-
-    ``mean + t(q, n-1) * sd * sqrt(1 + 1/n)``; None for fewer than 3 values.
-    The t factor makes it wide while few errors have been seen, which is when
-    the empirical quantile (the largest of a handful of errors) is least reliable.
-
-    >>> round(prediction_bound([1, 0, 0, 4, -1], 0.95), 3)
-    5.288
-    """
-    n = len(values)
-    if n < 3:
-        return None
-    mean = sum(values) / n
-    sd = math.sqrt(sum((x - mean) ** 2 for x in values) / (n - 1))
-    return mean + student_t_quantile(q, n - 1) * sd * math.sqrt(1.0 + 1.0 / n)
-
-
-def nearest_rank_quantile(values: Sequence[float], q: float) -> float:
-    """Nearest-rank quantile: sort, ``k = ceil(q * n)``, return ``sorted[k - 1]``.
-
-    ``q * n`` is rounded to 9 decimals before the ceiling so that, e.g.,
-    ``0.6 * 5`` (``3.0000000000000004`` in binary) gives rank 3, not 4.
-
-    Parameters
-    ----------
-    values : sequence of float
-        Non-empty sample.
-    q : float
-        Quantile in (0, 1].
-
-    Examples
-    --------
-    >>> nearest_rank_quantile([4, -1, 0, 1, 0], 0.6)
-    0
-    >>> nearest_rank_quantile([4, -1, 0, 1, 0], 0.95)
-    4
-    """
-    s = sorted(values)
-    if not s:
-        raise ConfigError("nearest_rank_quantile needs at least one value, got none")
-    k = math.ceil(round(q * len(s), 9))
-    k = min(max(k, 1), len(s))
-    return s[k - 1]
-
-
-# ---------------------------------------------------------------------------
-# service-time model
-# ---------------------------------------------------------------------------
-
-
-class ServiceTimeModel:
-    """Predicts a micro-batch's service (processing) time from its size in bytes.
-
-    The model is deterministic and keeps the last ``history`` ``(nbytes,
-    seconds)`` pairs.  With ``x`` the sizes and ``t`` the times held:
-
-    * no observations: predict ``prior_s``;
-    * fewer than 3 observations, or all sizes equal (a regression line is not
-      identifiable): the conservative proportional rule. With
-      ``m_t = mean(t)`` and ``m_x = mean(x)``, predict ``m_t`` if
-      ``x <= m_x`` (or ``m_x == 0``), else ``m_t * x / m_x`` -- a smaller
-      batch is never predicted faster than the average, a larger one scales
-      linearly;
-    * otherwise ordinary least squares of ``t`` on ``x``: slope
-      ``b = cov(x, t) / var(x)`` clipped at ``>= 0`` (bigger batches never run
-      faster), intercept ``a = mean(t) - b * mean(x)``; if ``a < 0`` the line
-      is refitted through the origin (``a = 0``, ``b = sum(x t) / sum(x^2)``).
-      Predict ``max(a + b * x, 0)``.
-
-    Parameters
-    ----------
-    history : int, default 100
-        How many recent observations to keep (>= 1).
-    prior_s : float, default 0.5
-        Prediction before any observation (>= 0).  Writable.
-
-    Examples
-    --------
-    >>> m = ServiceTimeModel(prior_s=0.5)
-    >>> m.predict(1000)
-    0.5
-    >>> m.update(100, 1.0); m.update(300, 2.0)
-    >>> m.predict(150), m.predict(400)     # proportional rule: m_t = 1.5, m_x = 200
-    (1.5, 3.0)
-    >>> m.update(200, 1.5)
-    >>> a, b = m.coefficients; round(a, 6), round(b, 6)   # OLS now
-    (0.5, 0.005)
-    """
-
-    def __init__(self, *, history: int = 100, prior_s: float = 0.5) -> None:
-        self._history = _check_history(history)
-        self._prior_s = _nonneg("prior_s")(prior_s)
-        self._obs: deque[tuple[float, float]] = deque(maxlen=self._history)
-        # Cached fit so predict() is O(1): ("prior"|"proportional"|"ols", p, q)
-        # where p, q are (m_t, m_x) for the proportional rule, (a, b) for OLS.
-        self._mode = "prior"
-        self._p = 0.0
-        self._q = 0.0
-
-    # -- read-only state ----------------------------------------------------
-    @property
-    def history(self) -> int:
-        """Maximum number of observations held."""
-        return self._history
-
-    @property
-    def n(self) -> int:
-        """Number of observations currently held (<= ``history``)."""
-        return len(self._obs)
-
-    @property
-    def mode(self) -> str:
-        """Which rule predicts: ``"prior"``, ``"proportional"`` or ``"ols"``."""
-        return self._mode
-
-    @property
-    def coefficients(self) -> tuple[float, float] | None:
-        """``(intercept, slope)`` of the OLS line, or None when not in OLS mode."""
-        if self._mode != "ols":
-            return None
-        return (self._p, self._q)
-
-    @property
-    def prior_s(self) -> float:
-        """Prediction used while no observation is held."""
-        return self._prior_s
-
-    @prior_s.setter
-    def prior_s(self, value: float) -> None:
-        self._prior_s = _nonneg("prior_s")(value)
-
-    # -- learning / predicting ---------------------------------------------
-    def update(self, nbytes: int, seconds: float) -> None:
-        """Add one ``(nbytes, seconds)`` observation and refit.
-
-        Raises
-        ------
-        ConfigError
-            If ``nbytes`` or ``seconds`` is negative or not finite.
-        """
-        x = _nonneg("nbytes")(nbytes)
-        t = _nonneg("seconds")(seconds)
-        self._obs.append((x, t))
-        self._refit()
-
-    def predict(self, nbytes: int) -> float:
-        """Predicted service time in seconds for a batch of ``nbytes`` bytes."""
-        mode = self._mode
-        x = float(nbytes)
-        if mode == "ols":
-            y = self._p + self._q * x
-            return y if y > 0.0 else 0.0
-        if mode == "proportional":
-            m_t, m_x = self._p, self._q
-            if m_x == 0.0 or x <= m_x:
-                return m_t
-            return m_t * x / m_x
-        return self._prior_s
-
-    def _refit(self) -> None:
-        obs = self._obs
-        n = len(obs)
-        if n == 0:
-            self._mode = "prior"
-            return
-        xs = [o[0] for o in obs]
-        ts = [o[1] for o in obs]
-        m_x = math.fsum(xs) / n
-        m_t = math.fsum(ts) / n
-        if n < 3 or min(xs) == max(xs):
-            self._mode, self._p, self._q = "proportional", m_t, m_x
-            return
-        # Centred sums: numerically stable for large byte counts.
-        sxx = math.fsum((x - m_x) ** 2 for x in xs)
-        sxt = math.fsum((x - m_x) * (t - m_t) for x, t in zip(xs, ts))
-        b = sxt / sxx
-        if b < 0.0:
-            b = 0.0
-        a = m_t - b * m_x
-        if a < 0.0:
-            # A negative intercept would predict ~0 s for small batches and
-            # make the controller wait too long; go through the origin instead.
-            a = 0.0
-            b = math.fsum(x * t for x, t in zip(xs, ts)) / math.fsum(x * x for x in xs)
-        self._mode, self._p, self._q = "ols", a, b
-
-    def __repr__(self) -> str:
-        return f"ServiceTimeModel(history={self._history}, prior_s={self._prior_s}, n={self.n}, mode={self._mode!r})"
-
-
-# ---------------------------------------------------------------------------
-# admission controller
-# ---------------------------------------------------------------------------
-
-
-class AdmissionController:
+class AdmissionController(BatchController):
     """LMStream's ConstructMicroBatch: admit pending data when latency requires.
 
     Parameters
@@ -517,17 +289,18 @@ class AdmissionController:
     [{'slide_s': (5.0, 2.0)}]
     """
 
-    MUTABLE = frozenset(
-        {
-            "slide_s",
-            "quantile",
-            "poll_interval_s",
-            "initial_target_s",
-            "prior_processing_s",
-            "min_margin_s",
-            "interval_margin",
-        }
+    prefix = "controller"
+    PARAMS = (
+        Param("slide_s", float, low=0, doc="latency target, wall s (0 = running mean of past max latencies)"),
+        Param("quantile", float, low=0, high=1, low_open=True, high_open=True,
+              doc="quantile of past prediction errors kept as safety margin"),
+        Param("poll_interval_s", float, low=0, doc="seconds between polls, added to the estimate"),
+        Param("initial_target_s", float, low=0, low_open=True, doc="tumbling target before any batch"),
+        Param("prior_processing_s", float, low=0, nullable=True, doc="predicted service time before any batch"),
+        Param("min_margin_s", float, low=0, doc="lower bound of the safety margin"),
+        Param("interval_margin", bool, doc="also keep the residuals' normal prediction bound as margin"),
     )
+    MUTABLE = frozenset(p.name for p in PARAMS)
 
     def __init__(
         self,
@@ -542,6 +315,7 @@ class AdmissionController:
         interval_margin: bool = True,
         warmup: int = 0,
     ) -> None:
+        super().__init__()
         self._lock = threading.Lock()
         self._history = _check_history(history)
         if isinstance(warmup, bool) or not isinstance(warmup, numbers.Integral) or warmup < 0:
@@ -583,7 +357,7 @@ class AdmissionController:
         raw = self._raw_margin
         if raw is not None and raw > m:
             m = raw
-        return m if m > 0.0 else 0.0
+        return max(0.0, m)
 
     def _sync_prior(self) -> None:
         # The prior only matters while the model is empty; keeping it equal to
@@ -604,8 +378,7 @@ class AdmissionController:
                 # too few errors for a bound: an over-prediction so far says
                 # little about the next error's sign, so take its size
                 bound = max(abs(x) for x in r)
-            if bound > margin:
-                margin = bound
+            margin = max(margin, bound)
         self._raw_margin = margin
 
     # -- the hot path ------------------------------------------------------
@@ -639,8 +412,7 @@ class AdmissionController:
         oldest = math.inf
         for d in pending:
             a = d.arrival
-            if a < oldest:
-                oldest = a
+            oldest = min(oldest, a)
             rows += d.rows
             nbytes += d.nbytes
             n += 1
@@ -653,8 +425,7 @@ class AdmissionController:
                 # Clamp: an arrival stamped slightly in the future (clock skew
                 # between source and driver) must not make the age negative.
                 age = now - oldest
-                if age < 0.0:
-                    age = 0.0
+                age = max(age, 0.0)
                 predicted = self._model.predict(nbytes)
                 estimate = age + predicted + margin + self._p["poll_interval_s"]
                 if age >= target - _TIE_EPS_S:
@@ -755,6 +526,18 @@ class AdmissionController:
                 self._refresh_margin()
             self._sync_prior()
             self._changes.append(ParamChange(len(self._changes) + 1, time.time(), diff))
+            for key, (old, value) in diff.items():
+                self.log_change(key, value, old=old)
+
+    def set_param(self, name: str, value: Any) -> None:
+        """The protocol's setter: ``mutate({name: value})``."""
+        self.mutate({name: value})
+
+    def after_batch(self, record) -> None:
+        """Learn from a completed data batch (the run loop's hook)."""
+        if record.rows > 0:
+            self.observe(BatchObservation(rows=record.rows, nbytes=record.bytes,
+                                          processing_s=record.processing_s, max_latency_s=record.max_latency_s))
 
     def set_slide(self, slide_s: float) -> None:
         """Shorthand for ``mutate({"slide_s": slide_s})``."""
@@ -837,6 +620,10 @@ class AdmissionController:
     @property
     def min_margin_s(self) -> float:
         return self._p["min_margin_s"]
+
+    @property
+    def interval_margin(self) -> bool:
+        return self._p["interval_margin"]
 
     def params(self) -> dict:
         """The constructor parameters currently in force.

@@ -39,3 +39,13 @@ class EngineError(KitError):
 
 class ChannelError(KitError):
     """Raised when the source cannot reach the driver's admission channel."""
+
+
+def one_line(error: "BaseException | str") -> str:
+    """The first line of an error's message (its type name when the message is empty).
+
+    >>> one_line(ValueError("bad value 3\\n  at line 7")), one_line(KeyError())
+    ('bad value 3', 'KeyError')
+    """
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__

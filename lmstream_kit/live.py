@@ -1,18 +1,8 @@
-"""LiveStream: the object a notebook or the CLI holds while a stream runs.
+"""LiveStream: the run loop a notebook or the CLI holds while a stream runs.
 
-It wires the parts together::
-
-    feed (generator or directory ingest) --> spool --> lmstream source (Spark)
-                                              ^             |  latestOffset: admit or hold?
-                                              |             v
-                            admission gate <-- channel <-- source runner process
-                                  ^
-    foreachBatch sink --> metrics.jsonl, gate.observe(...)      listener --> spark_progress.jsonl
-
-The gate is the LMStream :class:`~lmstream_kit.controller.AdmissionController`
-or a baseline (:mod:`lmstream_kit.policies`).  Its parameters can be changed
-while the stream runs; a change applies from the next admission and is
-recorded in that batch's metrics record (``changes``).
+feed --> spool --> the engine's source asks ``on_latest``: the gate admits or holds
+(:mod:`~lmstream_kit.admission` keeps the offsets); each micro-batch runs the
+plugged-in controllers' hooks and writes one :class:`~lmstream_kit.record.BatchRecord`.
 """
 
 from __future__ import annotations
@@ -23,62 +13,35 @@ import platform
 import threading
 import time
 import uuid
-from collections import deque
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional, Union
 
 from . import __version__
-from .controller import BatchObservation, Decision
-from .exceptions import ConfigError, EngineError
+from .admission import DRAIN, HOLD, RUN, AdmissionBook
+from .devices import DeviceMode, PlanCache, check_device_mode, resolve_device_mode
+from .engine.adapter import EngineBatch, SparkEngine
+from .exceptions import ConfigError, EngineError, one_line
 from .feed.spool import Spool
 from .feed.traffic import FeedGenerator, Traffic, traffic_from_spec
-from .metrics import (
-    METRICS_FILE,
-    PROGRESS_FILE,
-    JsonlWriter,
-    batch_record,
-    load_metrics,
-    read_run_info,
-    summarize,
-    write_run_info,
-)
-from .devices import DeviceMode, PlanCache, check_device_mode, resolve_device_mode
-from .mapper import DeviceMapper, DevicePlan
+from .mapper import DeviceMapper
+from .metrics import METRICS_FILE, PROGRESS_FILE, JsonlWriter, load_metrics, read_run_info, write_run_info
+from .placement import Placement
 from .policies import get_policy
+from .protocol import ADMISSION, BATCH, BatchContext, BatchController, ChangeLog, Control, Param, Tunable
+from .record import BatchRecord, batch_bytes, controller_target_s, latency_bound, summarize
 from .workloads import Workload, get_workload
 
 BatchCallback = Callable[[dict], None]
 
 
-@dataclass
-class _Admission:
-    start: int
-    end: int
-    admitted_at: float
-    decision: Optional[Decision]
-    reason: str = ""  # the decision's reason, or "drain" / "replay" without one
-    polls: int = 0
-    decision_s: float = 0.0
-    changes: list = field(default_factory=list)
-    placement: Optional[dict] = None  # rapids: the plan applied when the batch was admitted
-    policy: Optional[str] = None  # the policy that admitted it
-
-
 def _positive(name: str, value, *, allow_none: bool = False):
     if value is None and allow_none:
         return None
-    try:
-        ok = float(value) > 0 and math.isfinite(float(value))
-    except (TypeError, ValueError):
-        ok = False
-    if not ok:
-        raise ConfigError(f"{name} must be > 0, got {value}")
-    return float(value)
+    return Param(name, float, low=0, low_open=True).validate(value)
 
 
-class LiveStream:
-    """Run one workload's streaming query under an admission policy.
+class LiveStream(Tunable):
+    """Run one workload's streaming query under an admission policy, with plug-in controllers.
 
     Parameters
     ----------
@@ -133,6 +96,9 @@ class LiveStream:
     plan_cache : bool
         Cache the operator DAG per query shape (default); ``False`` extracts it
         from Spark's plan every batch (for the planning-cost benchmark).
+    controllers : sequence of BatchController
+        Plug-in per-batch controllers (see :mod:`lmstream_kit.protocol`); more
+        can be added while the stream runs with :meth:`add_controller`.
     read : {"auto", "driver", "executors"}
         Where batches are read from the spool (see :mod:`lmstream_kit.engine.source`):
         ``driver`` avoids a Python task per batch (~0.3-0.5 s here) and suits
@@ -143,8 +109,15 @@ class LiveStream:
     --------
     >>> with LiveStream("LR2S", policy="lmstream", speedup=5) as s:   # doctest: +SKIP
     ...     s.wait(batches=10)
-    ...     s.controller.set_slide(1.0)
+    ...     s.set_target(5.0)
     """
+
+    PARAMS = (
+        Param("slide_s", float, low=0, restart=True, doc="window slide, simulated s (restarts the query)"),
+        Param("target_s", float, low=0, doc="latency bound, simulated s (0 = running mean)"),
+        Param("policy", str, choices=("lmstream", "asap", "fixed"), doc="admission policy"),
+        Param("rate_scale", float, low=0, low_open=True, doc="offered rate, times the traffic's"),
+    )
 
     def __init__(
         self,
@@ -174,7 +147,9 @@ class LiveStream:
         mapper: Union[None, dict, DeviceMapper] = None,
         optimizer: Union[None, bool, dict, Any] = None,
         plan_cache: bool = True,
+        controllers: tuple = (),
     ) -> None:
+        super().__init__()
         self.workload = workload if isinstance(workload, Workload) else get_workload(workload)
         self.policy = get_policy(policy, trigger_s=trigger_s)
         self.rate = _positive("rate", rate)
@@ -192,7 +167,6 @@ class LiveStream:
         self.seed = int(seed)
         self.master = master
         self.partitions = int(partitions)
-        self.spark_conf = dict(spark_conf or {})
         self.input_dir = Path(input_dir) if input_dir is not None else None
         if self.input_dir is not None and not self.input_dir.is_dir():
             raise ConfigError(f"input directory {self.input_dir} does not exist")
@@ -210,65 +184,57 @@ class LiveStream:
         self.run_dir = Path(run_dir)
         self.spool_location = str(spool) if spool is not None else str(self.run_dir / "spool")
         self.name = name or f"{self.workload.name}-{self.policy.name}-{uuid.uuid4().hex[:6]}"
-
+        self.engine = SparkEngine(master=master, spark=spark, conf=spark_conf)
+        self._changelog = ChangeLog()  # the stream's one change log: every controller writes to it
         # Spark's first data batch runs on a cold JVM (several times slower than
         # the next ones); by default the controller does not learn from it.
         self._controller_params = {"warmup": 1, **(controller or {})}
-        self.gate = self.policy.make_gate(
-            slide_s=self.slide_s / self.speedup, controller_params=self._controller_params
-        )
+        self.gate = self.policy.make_gate(slide_s=self.slide_s / self.speedup,
+                                          controller_params=self._controller_params)
+        self.gate.bind_changelog(self.changelog)
         # kept across policy switches, so that lmstream -> fixed -> lmstream keeps what it learned
         self._lm_controller = self.gate if self.policy.uses_controller else None
         self._requested_device_mode = check_device_mode(device_mode)
-        self.device_mode: Optional[DeviceMode] = None  # resolved in start()
-        self.mapper = mapper if isinstance(mapper, DeviceMapper) else DeviceMapper(**(mapper or {}))
-        if optimizer is None:
-            optimizer = self.policy.uses_controller
-        if optimizer is False:
-            self.optimizer = None
-        elif optimizer is True or isinstance(optimizer, dict):
-            from .optimizer import InflectionOptimizer
-
-            extra = optimizer if isinstance(optimizer, dict) else {}
-            params = {"initial": self.mapper.snapshot()["inflection_point"], **extra}
-            params.setdefault("target_latency_s", self._optimizer_target())
-            self.optimizer = InflectionOptimizer(**params)
-        else:
-            self.optimizer = optimizer
-        self.plan_cache = PlanCache(enabled=plan_cache)
-        self._twin = None
-        self._stream_session = None
-        self._rapids_applied: dict = {}
-        self._external_spark = spark
-        self.spark = spark
-        self.query = None
+        mapper = mapper if isinstance(mapper, DeviceMapper) else DeviceMapper(**(mapper or {}))
+        self.placement = Placement(mapper, self._make_optimizer(optimizer, mapper),
+                                   plan_cache=PlanCache(enabled=plan_cache), partitions=partitions)
+        self.placement.bind_changelog(self.changelog)
+        self._plugins: list[BatchController] = []
         self.spool: Optional[Spool] = None
         self.feed = None
         self._channel = None
-        self._listener = None
         self._metrics_writer: Optional[JsonlWriter] = None
         self._progress_writer: Optional[JsonlWriter] = None
         self._last_progress_id = -1
-
         self._lock = threading.RLock()
         self._batch_done = threading.Condition(self._lock)
-        self._mode = "run"  # run | drain | hold
-        self._admitted_end = 0
-        self._completed_end = 0
-        self._admissions: dict[int, _Admission] = {}
-        self._planned: deque = deque()
-        self._in_batch = False
-        self._polls = 0
-        self._decision_s = 0.0
+        self.book = AdmissionBook()
         self._records: list[dict] = []
         self._callbacks: list[BatchCallback] = []
-        self._changes: list[dict] = []
         self._failure: Optional[BaseException] = None
         self._started_at: Optional[float] = None
         self._stopped = False
+        self._started = False
         self._restart_lock = threading.Lock()  # one live restart of the query at a time
         self._restarting = False
         self._query_kwargs: Optional[dict] = None
+        self._run_info: Optional[dict] = None
+        for c in controllers:
+            self.add_controller(c)
+
+    def _make_optimizer(self, optimizer, mapper: DeviceMapper):
+        if optimizer is None:
+            optimizer = self.policy.uses_controller
+        if optimizer is False:
+            return None
+        if optimizer is True or isinstance(optimizer, dict):
+            from .optimizer import InflectionOptimizer
+
+            extra = optimizer if isinstance(optimizer, dict) else {}
+            params = {"initial": mapper.snapshot()["inflection_point"], **extra}
+            params.setdefault("target_latency_s", controller_target_s(self.slide_s, self.speedup))
+            return InflectionOptimizer(**params)
+        return optimizer
 
     # ------------------------------------------------------------------ properties
     @property
@@ -277,9 +243,40 @@ class LiveStream:
         return self.gate if self.policy.uses_controller else None
 
     @property
+    def controllers(self) -> list[BatchController]:
+        """The per-batch controllers in the run loop: the gate, the placement, then plug-ins."""
+        with self._lock:
+            return [self.gate, self.placement, *self._plugins]
+
+    def add_controller(self, controller: BatchController) -> BatchController:
+        """Plug a per-batch controller into the run loop; its hooks run from the next batch boundary."""
+        if not isinstance(controller, BatchController):
+            raise ConfigError(f"a controller must be a BatchController, got {type(controller).__name__}")
+        controller.bind_changelog(self.changelog)
+        with self._lock:
+            self._plugins.append(controller)
+        return controller
+
+    mapper = property(lambda self: self.placement.mapper, doc="The device mapper.")
+    optimizer = property(lambda self: self.placement.optimizer, doc="The inflection optimizer, or None.")
+    plan_cache = property(lambda self: self.placement.plan_cache, doc="The per-query-shape DAG cache.")
+    spark = property(lambda self: self.engine.spark, doc="The SparkSession (None before start).")
+    query = property(lambda self: self.engine.query, doc="The running StreamingQuery.")
+
+    @property
+    def device_mode(self) -> Optional[DeviceMode]:
+        """The resolved device mode (None before :meth:`start`)."""
+        return self.placement.mode if self._started else None
+
+    @property
     def target_s(self) -> float:
         """The latency bound in force, wall seconds (NaN for baselines)."""
         return self.gate.target_s if self.controller is not None else math.nan
+
+    @property
+    def bound_s(self) -> float:
+        """The pass/fail latency bound in wall seconds (:func:`~lmstream_kit.record.latency_bound`)."""
+        return latency_bound(self.slide_s, self.workload.window_range_s, self.speedup)
 
     @property
     def records(self) -> list[dict]:
@@ -292,12 +289,11 @@ class LiveStream:
         return load_metrics(self.run_dir)
 
     def summary(self) -> dict:
-        bound = self.slide_s / self.speedup if self.slide_s > 0 else None
-        return summarize(self.records, bound_s=bound)
+        return summarize(self.records)
 
     @property
     def is_active(self) -> bool:
-        return self.query is not None and self.query.isActive
+        return self.engine.is_active
 
     @property
     def failure(self) -> Optional[BaseException]:
@@ -313,6 +309,11 @@ class LiveStream:
         with self._lock:
             self._callbacks = [c for c in self._callbacks if c != callback]
 
+    @property
+    def callbacks(self) -> list[BatchCallback]:
+        with self._lock:
+            return list(self._callbacks)
+
     # ------------------------------------------------------------------ live setters
     def set_target(self, target_s: float) -> None:
         """Change the latency bound (simulated seconds) without touching the query's window.
@@ -327,7 +328,7 @@ class LiveStream:
             raise ConfigError(f"latency target must be >= 0 seconds (0 = running mean), got {target_s!r}")
         self.controller.set_slide(float(target_s) / self.speedup)
         if self.optimizer is not None:
-            self.optimizer.set_target_latency(float(target_s) / self.speedup if target_s > 0 else None)
+            self.optimizer.set_target_latency(controller_target_s(float(target_s), self.speedup))
 
     def set_slide(self, slide_s: float) -> None:
         """Change the window slide (simulated seconds): the query's window and the latency bound.
@@ -340,7 +341,7 @@ class LiveStream:
         rows they hold; new rows go to the windows of the new slide.
         """
         new_workload = self.workload.with_slide(slide_s)
-        if new_workload is not self.workload and self._device_mode_name == "twin":
+        if new_workload is not self.workload and self.placement.strategy.fixed_window:
             raise ConfigError(
                 f"the twin executor's window is fixed for the run: cannot change the slide to {slide_s:g} s "
                 "in twin mode (change the latency target instead)"
@@ -353,10 +354,7 @@ class LiveStream:
         if new_workload is self.workload:
             return
         self.slide_s = new_workload.slide_s
-        self._restart_query(
-            {"param": "window_slide_s", "old": old, "value": new_workload.slide_s},
-            workload=new_workload,
-        )
+        self._restart_query("window_slide_s", old, new_workload.slide_s, workload=new_workload)
 
     def set_policy(self, name: str, *, trigger_s: Optional[float] = None) -> None:
         """Switch the admission policy live (``lmstream``, ``asap`` or ``fixed``).
@@ -373,58 +371,91 @@ class LiveStream:
             return
         if policy.uses_controller:
             if self._lm_controller is None:
-                target = self.slide_s / self.speedup
-                self._lm_controller = policy.make_gate(slide_s=target, controller_params=self._controller_params)
+                self._lm_controller = policy.make_gate(slide_s=self.slide_s / self.speedup,
+                                                       controller_params=self._controller_params)
             gate = self._lm_controller
         else:
             gate = policy.make_gate(slide_s=0.0)
-        change = {"param": "policy", "old": old.name, "value": policy.name}
+        gate.bind_changelog(self.changelog)
         if policy.trigger_s != old.trigger_s:
-            change["trigger_s"] = policy.trigger_s
             # Spark's trigger changes only with a restart (before start: only the configuration)
-            self._restart_query(change, policy=policy, gate=gate)
+            self._restart_query("policy", old.name, policy.name, policy=policy, gate=gate,
+                                trigger_s=policy.trigger_s)
             return
         with self._lock:
             self.policy, self.gate = policy, gate
-            self._changes.append({**change, "at": time.time()})
-
-    def _optimizer_target(self) -> Optional[float]:
-        """The optimizer's target latency (wall s): the slide, or None for the tumbling mean."""
-        return self.slide_s / self.speedup if self.slide_s > 0 else None
+            self.log_change("policy", policy.name, old=old.name)
 
     def set_inflection_point(self, nbytes: float) -> None:
         """Set the inflection point by hand (bytes); it freezes the optimizer until :meth:`release_optimizer`."""
         if self.optimizer is not None:
-            self.optimizer.set_inflection_point(nbytes)
+            # the mapper records the value set by hand; the optimizer's copy of it is not a second change
+            self.optimizer.set_inflection_point(nbytes, record=False)
         self.mapper.set_inflection_point(nbytes)
 
     def freeze_optimizer(self) -> None:
         """Keep the current inflection point (the optimizer stops proposing)."""
-        if self.optimizer is None:
-            raise ConfigError("this stream runs without the inflection-point optimizer")
-        self.optimizer.freeze()
+        self._need_optimizer().freeze()
 
     def release_optimizer(self) -> None:
         """Let the optimizer tune the inflection point again."""
+        self._need_optimizer().release()
+
+    def _need_optimizer(self):
         if self.optimizer is None:
             raise ConfigError("this stream runs without the inflection-point optimizer")
-        self.optimizer.release()
+        return self.optimizer
 
     def set_rate_scale(self, factor: float) -> None:
         """Scale the offered traffic rate of the running generator."""
         if not isinstance(self.feed, FeedGenerator):
             raise ConfigError("the offered rate can only be changed for generated traffic")
         self.feed.set_rate_scale(factor)
-        with self._lock:
-            self._changes.append({"param": "rate_scale", "value": float(factor), "at": time.time()})
+        self.log_change("rate_scale", float(factor))
+
+    def set_param(self, name: str, value: Any) -> None:
+        """Set one of the stream's declared parameters (see :attr:`PARAMS`) through its setter."""
+        self.param(name)
+        {"slide_s": self.set_slide, "target_s": self.set_target, "policy": self.set_policy,
+         "rate_scale": self.set_rate_scale}[name](value)
+
+    # ------------------------------------------------------------------ declared controls
+    @property
+    def rate_scale(self) -> Optional[float]:
+        feed_scale = getattr(self.feed, "rate_scale", None)
+        return feed_scale if feed_scale is not None else getattr(self.traffic, "scale", None)
+
+    @property
+    def target_sim_s(self) -> Optional[float]:
+        """The controller's latency target in simulated seconds (None for baselines)."""
+        return self.controller.target_s * self.speedup if self.controller is not None else None
+
+    def disabled_reason(self, name: str) -> Optional[str]:
+        if name == "slide_s":
+            if self.workload.slide_s == 0:
+                return f"{self.workload.name} has a tumbling window"
+            if self.workload.query_for_slide is None:
+                return f"{self.workload.name} cannot change its slide"
+            if self.placement.strategy.fixed_window:
+                return "the twin executor's window is fixed for the run"
+        if name == "target_s" and self.controller is None:
+            return f"policy {self.policy.name} has no latency bound"
+        if name == "rate_scale" and self.traffic is None:
+            return "the input is a directory, not generated traffic"
+        return None
+
+    def controls(self) -> list[Control]:
+        """Every live parameter of the stream and its controllers, as a view draws them."""
+        values = {"slide_s": self.slide_s, "target_s": self.target_sim_s, "policy": self.policy.name,
+                  "rate_scale": self.rate_scale}
+        own = [Control(p.name, p, values[p.name], lambda v, n=p.name: self.set_param(n, v),
+                       self.disabled_reason(p.name), "stream") for p in self.PARAMS]
+        return own + [c for ctrl in self.controllers for c in ctrl.controls()]
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> "LiveStream":
         """Create the run directory, start Spark, the feed and the query."""
         from .engine.channel import ChannelServer
-        from .engine.listener import ProgressListener
-        from .engine.session import build_session, spark_version
-        from .engine.stream import checkpoint_offsets
 
         try:
             self.run_dir.mkdir(parents=True, exist_ok=True)
@@ -433,45 +464,31 @@ class LiveStream:
         previous = read_run_info(self.run_dir)
         self.spool = Spool(self.spool_location, schema=self.workload.schema)
         checkpoint = self.run_dir / "checkpoint"
-        resume, committed = checkpoint_offsets(checkpoint)
+        resume, committed = self.engine.checkpoint_offsets(checkpoint)
         with self._lock:
-            self._admitted_end = resume or 0
-            self._completed_end = committed or 0
-            if resume is not None and resume > (committed or 0):
-                # Spark replays this batch first, without asking the source
-                self._planned.append((committed or 0, resume))
-                self._admissions[resume] = _Admission(
-                    committed or 0, resume, time.time(), None, reason="replay"
-                )
+            self.book.resume(resume=resume, committed=committed, now=time.time())
         self._metrics_writer = JsonlWriter(self.run_dir / METRICS_FILE)
         self._progress_writer = JsonlWriter(self.run_dir / PROGRESS_FILE, durable=False)
-
-        if self.spark is None:
-            self.spark = build_session(master=self.master, conf=self.spark_conf)
-        else:
-            from .engine.session import register_source
-
-            register_source(self.spark)
+        self.engine.open()
         self._channel = ChannelServer(self, key_file=self.run_dir / ".channel.key")
         if self.read_mode == "auto":
-            master = self.spark.sparkContext.master
-            self.read_mode = "driver" if master.startswith("local") else "executors"
+            self.read_mode = "driver" if self.engine.is_local else "executors"
         try:
-            self.device_mode = self._resolve_device_mode()
-            if self.device_mode.mode == "twin":
-                self._start_twin(committed)
+            self.placement.use(self._resolve_device_mode(), self.workload, engine=self.engine,
+                               read_span=self.spool.read_table)
+            self._started = True
+            self.placement.strategy.start(self.run_dir, committed)
         except BaseException:
             self._teardown()
             raise
-        self._listener = ProgressListener(self._on_progress)
-        self.spark.streams.addListener(self._listener)
+        self.engine.listen(self._on_progress)
         self._resumed = resume is not None
         self._started_at = time.time()
         self._write_run_info(
             previous,
-            spark_version=spark_version(),
+            spark_version=self.engine.spark_version(),
             resumed_from_seq=resume,
-            **self.device_mode.to_dict(),
+            **self.placement.mode.to_dict(),
             mapper=self.mapper.snapshot(),
             optimizer=self.optimizer is not None,
             plan_cache=self.plan_cache.enabled,
@@ -489,80 +506,63 @@ class LiveStream:
             name=self.name.replace("-", "_"),
         )
         try:
-            self.query = self._start_query()
+            self._start_query()
         except BaseException:
             self._teardown()
             raise
-        self._listener.query_id = str(self.query.id)
         return self
 
-    def _start_query(self):
+    def _start_query(self) -> None:
         """Start the streaming query with the current workload and policy (from the checkpoint)."""
-        from .engine.stream import start_query
-
-        workload = self.workload
-        if self._device_mode_name == "twin":
-            # Spark runs the stream (offsets, checkpoint, admission); the twin runs the query
-            workload = dataclasses.replace(
-                workload, build_query=lambda stream: stream, output_mode="append", finish_batch=None
-            )
-        return start_query(
-            self.spark, workload=workload, trigger_s=self.policy.trigger_s / self.speedup, **self._query_kwargs
-        )
+        self.engine.start(workload=self.placement.strategy.query_workload(self.workload),
+                          trigger_s=self.policy.trigger_s / self.speedup, **self._query_kwargs)
 
     def _adopt(self, workload: Optional[Workload], policy, gate) -> None:
         """Take a new workload and/or policy with its gate (call with the lock held)."""
         if workload is not None:
             self.workload = workload
+            self.placement.workload = workload
         if policy is not None:
             self.policy, self.gate = policy, gate
 
-    def _restart_query(self, change: dict, *, workload: Optional[Workload] = None, policy=None,
-                       gate=None, timeout: float = 120.0) -> None:
+    def _restart_query(self, param: str, old, value, *, workload: Optional[Workload] = None, policy=None,
+                       gate=None, timeout: float = 120.0, **detail) -> None:
         """Restart the query from its checkpoint with a new window and/or trigger.
 
         Admission is held, the batches already admitted finish and commit, the
         query stops between batches and starts again from the same checkpoint,
         so it continues at the first dataset not yet processed: no row is lost or
-        processed twice.  ``change`` is recorded with the first batch admitted
+        processed twice.  The change is recorded with the first batch admitted
         after the restart.  Before :meth:`start` (or after :meth:`stop`) only the
         configuration changes.
         """
-        from .engine.stream import stop_query
-
         with self._restart_lock:
             if self.query is None or self._stopped:
                 with self._lock:
                     self._adopt(workload, policy, gate)
-                    self._changes.append({**change, "restart": False, "at": time.time()})
+                    self.log_change(param, value, old=old, **detail, restart=False)
                 return
             t0 = time.time()
             with self._lock:
-                resume_mode = self._mode
-                self._mode = "hold"
+                resume_mode = self.book.mode
+                self.book.mode = HOLD
                 self._restarting = True
             try:
                 # the batches admitted before the hold finish and commit
-                self.wait(until=lambda s: s._completed_end >= s._admitted_end and not s._in_batch,
-                          timeout=timeout)
-                stop_query(self.query, is_idle=lambda: not self._in_batch)
+                self.wait(until=lambda s: s.book.settled(), timeout=timeout)
+                self.engine.stop_query(is_idle=lambda: not self.book.in_batch)
                 with self._lock:
                     self._adopt(workload, policy, gate)
-                    self._planned.clear()
-                    # the restarted query runs on a fresh clone of the session: no RAPIDS confs yet
-                    self._stream_session = None
-                    self._rapids_applied = {}
-                self.query = self._start_query()
-                if self._listener is not None:
-                    self._listener.query_id = str(self.query.id)
+                    self.book.forget_planned()
+                    self.placement.restarted()
+                self._start_query()
                 with self._lock:  # admission is still held: the next admitted batch carries it
-                    self._changes.append(
-                        {**change, "restart": True, "restart_s": round(time.time() - t0, 3), "at": time.time()}
-                    )
+                    self.log_change(param, value, old=old, **detail, restart=True,
+                                    restart_s=round(time.time() - t0, 3))
                 info = dict(self._run_info)
                 info.update(
                     policy=self.policy.name, trigger_s=self.policy.trigger_s, slide_s=self.slide_s,
-                    target_s=self.slide_s / self.speedup if self.slide_s > 0 else None,
+                    target_s=controller_target_s(self.slide_s, self.speedup),
                     live_restarts=int(info.get("live_restarts", 0)) + 1,
                 )
                 self._run_info = info
@@ -570,20 +570,16 @@ class LiveStream:
             except BaseException as exc:
                 with self._lock:
                     self._failure = self._failure or exc
-                raise EngineError(f"restarting stream {self.name} failed: {_one_line(exc)}") from exc
+                raise EngineError(f"restarting stream {self.name} failed: {one_line(exc)}") from exc
             finally:
                 with self._lock:
                     self._restarting = False
-                    self._mode = resume_mode if resume_mode != "hold" else "run"
+                    self.book.mode = resume_mode if resume_mode != HOLD else RUN
                     self._batch_done.notify_all()
 
     def _resolve_device_mode(self) -> DeviceMode:
         requested = self._requested_device_mode
-        rapids_loaded = False
-        if requested in ("auto", "rapids"):
-            from .engine.rapids import plugin_loaded
-
-            rapids_loaded = plugin_loaded(self.spark)
+        rapids_loaded = requested in ("auto", "rapids") and self.engine.rapids_loaded()
         twin_available, cudf_ok, cudf_reason = False, False, ""
         if requested in ("auto", "twin"):
             from .twin import twin_program
@@ -597,14 +593,6 @@ class LiveStream:
             requested, rapids_loaded=rapids_loaded, twin_available=twin_available,
             cudf_ok=cudf_ok, cudf_reason=cudf_reason, workload=self.workload.name,
         )
-
-    def _start_twin(self, committed: Optional[int]) -> None:
-        from .twin import TwinExecutor, twin_program
-
-        self._twin = TwinExecutor(twin_program(self.workload.name), gpu_backend=self.device_mode.gpu_backend)
-        saved = _load_twin_state(self.run_dir, committed)
-        if saved is not None:
-            self._twin.load_state(saved)
 
     def _start_feed(self) -> None:
         """Start the generator or the ingest adapter, once.
@@ -624,22 +612,12 @@ class LiveStream:
         if self.input_dir is not None:
             from .feed.ingest import DirectoryIngest
 
-            self.feed = DirectoryIngest(
-                self.input_dir,
-                self.spool,
-                checks=self.workload.checks,
-                dead_letter=self.run_dir / "dead_letter.jsonl",
-            )
+            self.feed = DirectoryIngest(self.input_dir, self.spool, checks=self.workload.checks,
+                                        dead_letter=self.run_dir / "dead_letter.jsonl")
         else:
-            self.feed = FeedGenerator(
-                self.spool,
-                self.traffic,
-                self.workload.make_rows,
-                speedup=self.speedup,
-                seed=self.seed,
-                duration_s=self.duration_s,
-                start_second=self._next_generator_second(),
-            )
+            self.feed = FeedGenerator(self.spool, self.traffic, self.workload.make_rows, speedup=self.speedup,
+                                      seed=self.seed, duration_s=self.duration_s,
+                                      start_second=self._next_generator_second())
 
     def _next_generator_second(self) -> int:
         """Continue the simulated clock of a resumed run after its last dataset."""
@@ -668,8 +646,9 @@ class LiveStream:
             "duration_s": self.duration_s,
             "slide_s": self.slide_s,
             "window_range_s": self.workload.window_range_s,
-            "target_s": self.slide_s / self.speedup if self.slide_s > 0 else None,
-            "master": self.master if self._external_spark is None else self.spark.sparkContext.master,
+            "target_s": controller_target_s(self.slide_s, self.speedup),
+            "bound_s": self.bound_s,
+            "master": self.master if not self.engine.external else self.engine.master,
             "query_name": self.name,
             "read": self.read_mode,
             "kit_version": __version__,
@@ -681,294 +660,108 @@ class LiveStream:
         self._run_info = info
         write_run_info(self.run_dir, info)
 
-    # ------------------------------------------------------------------ channel handler
+    # ------------------------------------------------------------------ the source's callbacks
     def on_initial(self) -> int:
         with self._lock:
-            return self._admitted_end
+            return self.book.admitted_end
 
     def on_latest(self, start: Optional[int]) -> int:
+        """Spark asks for the end offset of the next batch: the gate admits what is pending, or holds."""
         if self.feed is None and self._resumed:
             self._start_feed()
         with self._lock:
-            base = self._admitted_end if start is None else int(start)
-            self._admitted_end = base
-            if self._mode == "hold":
+            base = self.book.base(start)
+            if self.book.mode == HOLD:
                 return base
             pending = self.spool.datasets(base)
             if not pending:
                 return base
             now = time.time()
             t0 = time.perf_counter()
-            if self._mode == "drain":
-                decision = None
-                admit = True
-            else:
-                decision = self.gate.decide(now, pending)
-                admit = decision.admit
-            self._decision_s += time.perf_counter() - t0
-            self._polls += 1
-            if not admit:
+            decision = None if self.book.mode == DRAIN else self.gate.decide(now, pending)
+            self.book.polled(time.perf_counter() - t0)
+            if decision is not None and not decision.admit:
                 return base
-            end = pending[-1].seq + 1
-            changes = list(self._changes)
-            self._changes.clear()
-            pop = getattr(self.gate, "pop_changes", None)
-            if pop is not None:
-                changes.extend(_change_dicts(pop(), prefix="controller."))
-            placement = None
-            if self._device_mode_name == "rapids":
-                placement = self._place_at_admission(pending)
-            self._admissions[end] = _Admission(
-                start=base,
-                end=end,
-                admitted_at=now,
-                decision=decision,
-                reason=decision.reason if decision is not None else "drain",
-                polls=self._polls,
-                decision_s=self._decision_s,
-                changes=changes,
-                placement=placement,
-                policy=self.policy.name,
-            )
-            self._polls, self._decision_s = 0, 0.0
-            self._admitted_end = end
-            return end
+            fields = {"decision": decision, "changes": self.changelog.take(ADMISSION)}
+            for controller in self.controllers:
+                fields.update(controller.on_admit(pending) or {})
+            return self.book.admit(base, end=pending[-1].seq + 1, admitted_at=now,
+                                   reason=decision.reason if decision is not None else "drain",
+                                   fields=fields, policy=self.policy.name)
 
     def on_planned(self, start: int, end: int) -> None:
         with self._lock:
-            self._planned.append((start, end))
-            if end not in self._admissions and end > start:
-                # a batch replayed from the offset log after a restart
-                self._admissions[end] = _Admission(start, end, time.time(), None, reason="replay")
-            self._admitted_end = max(self._admitted_end, end)
+            self.book.planned(start, end, now=time.time())
 
     def on_commit(self, end: int) -> None:
         return None
 
-    # ------------------------------------------------------------------ device placement
-    def _plan_key(self):
-        return ("spark", self.workload.name, self.workload.slide_s)
-
-    def _next_inflection_point(self, batch_id: int) -> tuple[float, float]:
-        """The inflection point for the next batch, and the seconds spent waiting for the optimizer."""
-        if self.optimizer is None:
-            return self.mapper.snapshot()["inflection_point"], 0.0
-        value = self.optimizer.next_inflection_point(batch_id)
-        blocked = self.optimizer.pop_blocked_s()
-        self.mapper.set_inflection_point(value, record=False)
-        return value, blocked
-
-    def _map(self, dag, nbytes: int, batch_id: int) -> dict:
-        """Map ``dag`` for a batch of ``nbytes``; the record fields of the placement.
-
-        The caller times the whole placement (``map_s``), which includes more than this.
-        """
-        inflection_point, blocked = self._next_inflection_point(batch_id)
-        partition_bytes = max(1.0, nbytes / max(1, self.partitions))
-        plan = self.mapper.map(dag, partition_bytes)
-        return {
-            "plan": plan,
-            "inflection_point": inflection_point,
-            "partition_bytes": partition_bytes,
-            "optimizer_s": blocked,
-        }
-
-    def _apply_rapids(self, plan: DevicePlan, session) -> dict:
-        from .engine.rapids import apply_confs
-        from .rapids import conf_diff, rapids_confs
-
-        confs = rapids_confs(plan)
-        changed = conf_diff(self._rapids_applied, confs.confs).changed
-        self._rapids_applied = apply_confs(session, confs.confs, self._rapids_applied)
-        return {"rapids_confs_set": len(changed), "rapids_conflicts": len(confs.conflicts) or None}
-
-    def _place_at_admission(self, pending) -> Optional[dict]:
-        """RAPIDS: Spark plans the batch right after this admission, so its confs go on now."""
-        dag = self.plan_cache.peek(self._plan_key())
-        if dag is None or self._stream_session is None:
-            return None  # the first data batch: no DAG yet; it is placed when it runs
-        nbytes = sum(int(d.nbytes) for d in pending)
-        t0 = time.perf_counter()
-        placed = self._map(dag, nbytes, len(self._records))
-        placed.update(self._apply_rapids(placed["plan"], self._stream_session))
-        placed["map_s"] = time.perf_counter() - t0 - placed["optimizer_s"]
-        placed["applied"] = True
-        return placed
-
-    @property
-    def _device_mode_name(self) -> str:
-        """The resolved device mode's name (``advisory`` before :meth:`start` resolves it)."""
-        return self.device_mode.mode if self.device_mode is not None else "advisory"
-
-    def _place_batch(self, batch_df, batch_id: int, nbytes: int, admission) -> dict:
-        """Place this batch's operators; returns the metrics fields (and ``plan``)."""
-        mode = self._device_mode_name
-        fields: dict[str, Any] = {"device_mode": mode}
-        placed = admission.placement if admission is not None else None
-        planning_s, hit = 0.0, None
-        if placed is None:
-            t0 = time.perf_counter()
-            if mode == "twin":
-                dag, hit = self._twin.program.dag, True
-            else:
-                from .engine.plan import streaming_plan_dag
-
-                dag, hit, planning_s = self.plan_cache.get(
-                    self._plan_key(), lambda: streaming_plan_dag(self.query)
-                )
-            placed = self._map(dag, nbytes, batch_id)
-            if mode == "rapids":
-                # the batch is planned already: these confs are in force from the next batch
-                placed.update(self._apply_rapids(placed["plan"], batch_df.sparkSession))
-                placed["applied"] = False
-            placed["map_s"] = time.perf_counter() - t0 - placed["optimizer_s"] - planning_s
-        else:
-            hit = True
-        plan: DevicePlan = placed["plan"]
-        fields.update(
-            inflection_point=placed["inflection_point"],
-            partition_bytes=placed["partition_bytes"],
-            device_plan=plan.to_json(),
-            gpu_ops=sum(1 for d in plan.devices if d == "GPU"),
-            plan_cache="hit" if hit else "miss",
-            planning_s=planning_s,
-            mapping_s=placed["map_s"] + planning_s,
-            optimizer_s=placed["optimizer_s"],
-        )
-        for key in ("rapids_confs_set", "rapids_conflicts"):
-            if key in placed:
-                fields[key] = placed[key]
-        if mode == "rapids":
-            fields["plan_applied"] = bool(placed.get("applied"))
-        fields["plan"] = plan
-        return fields
-
-    def _run_twin(self, span, batch_id: int, plan: Optional[DevicePlan], output_dir) -> tuple[int, dict]:
-        from .engine.stream import write_table
-
-        if span and span[1] > span[0]:
-            table = self.spool.read_table(span[0], span[1])
-        else:
-            table = self.workload.schema.empty_table()
-        result = self._twin.process(table, batch_id, plan)
-        out_rows = write_table(result.table, output_dir, batch_id)
-        if span:
-            _save_twin_state(self.run_dir, span[1], self._twin.state_dict())
-        return out_rows, {
-            "twin_s": float(sum(result.op_seconds.values()) + result.transition_seconds),
-            "twin_transition_s": float(result.transition_seconds),
-            "twin_transitions": int(result.transitions),
-            "twin_late_rows": int(result.dropped_late),
-            "twin_backend": self.device_mode.gpu_backend,
-        }
-
-    # ------------------------------------------------------------------ Spark callbacks
-    def _on_batch(self, batch_df, batch_id: int) -> None:
-        from .engine.stream import write_output
-
+    # ------------------------------------------------------------------ the run loop's batch
+    def _on_batch(self, batch: EngineBatch) -> None:
         started = time.time()
         with self._lock:
-            self._in_batch = True
-            span = None
-            while self._planned:
-                start, end = self._planned.popleft()
-                if end > self._completed_end or (start == end == self._completed_end):
-                    span = (start, end)
-            admission = self._admissions.pop(span[1], None) if span and span[1] > span[0] else None
-        twin_fields: dict = {}
+            span, admission = self.book.begin_batch()
+            controllers = self.controllers
+        at_admission = dict(admission.fields) if admission else {}
         try:
-            if self._stream_session is None:
-                self._stream_session = batch_df.sparkSession
             datasets = self.spool.datasets(span[0], span[1]) if span else []
-            nbytes = sum(int(d.nbytes) for d in datasets)
-            if nbytes > 0:
-                device = self._place_batch(batch_df, batch_id, nbytes, admission)
-            else:  # no data (e.g. Spark's no-data batch that closes windows): nothing to place
-                device = {"device_mode": self._device_mode_name}
-            plan = device.pop("plan", None)
+            ctx = BatchContext(batch.batch_id, batch_bytes(datasets), sum(int(d.rows) for d in datasets),
+                               datasets, {**at_admission, "span": span}, engine=batch)
+            fields: dict[str, Any] = {}
+            for controller in controllers:
+                fields.update(controller.before_batch(ctx) or {})
             output_dir = self.run_dir / "output" if self.output == "parquet" else None
-            if self._twin is not None:
-                out_rows, twin_fields = self._run_twin(span, batch_id, plan, output_dir)
-            else:
-                finish = self.workload.finish_batch
-                out_rows = write_output(finish(batch_df) if finish else batch_df, output_dir, batch_id)
+            out_rows, run_fields = self.placement.run_batch(ctx, output_dir)
+            fields.update(run_fields)
         except BaseException as exc:
             with self._lock:
-                self._in_batch = False
+                self.book.complete(None)
                 self._failure = exc
                 self._batch_done.notify_all()
             raise  # never swallow: Spark must not commit a failed batch
         completed = time.time()
-        admitted_at = admission.admitted_at if admission else started
-        decision = admission.decision if admission else None
-        extra: dict[str, Any] = {
-            "workload": self.workload.name,
-            "start_seq": span[0] if span else None,
-            "end_seq": span[1] if span else None,
-            "batch_started_at": started,
-            "foreach_s": completed - started,
-            "output_rows": out_rows,
-            "decision_s": admission.decision_s if admission else 0.0,
-            "polls": admission.polls if admission else 0,
-            "decision_reason": admission.reason if admission else None,
-            "target_s": decision.target_s if decision else self.target_s,
-            "predicted_s": decision.predicted_s if decision else None,
-            "margin_s": decision.margin_s if decision else None,
-            "estimate_s": decision.estimate_s if decision else None,
-        }
-        extra.update(device)
-        extra.update(twin_fields)
-        changes = list(admission.changes) if admission and admission.changes else []
-        changes.extend(self.mapper.pop_changes())
-        if self.optimizer is not None:
-            by_hand = {c["value"] for c in changes if c.get("param") == "mapper.inflection_point"}
-            # a value set by hand reaches the optimizer and the mapper: record it once (the mapper's)
-            changes.extend(c for c in _change_dicts(self.optimizer.pop_changes())
-                           if not (c.get("param") == "inflection_point" and c.get("value") in by_hand))
-        extra["changes"] = changes or None
-        record = batch_record(
-            batch_id=batch_id,
+        decision = at_admission.get("decision")
+        changes = [*at_admission.get("changes", ()), *self.changelog.take(BATCH)]
+        record = BatchRecord.from_batch(
+            batch_id=batch.batch_id,
             policy=admission.policy if admission and admission.policy else self.policy.name,
             datasets=datasets,
-            admitted_at=admitted_at,
+            admitted_at=admission.admitted_at if admission else started,
             completed_at=completed,
-            extra=extra,
+            bound_s=self.bound_s,
+            changes=[c.to_dict() for c in changes],
+            workload=self.workload.name,
+            start_seq=span[0] if span else None,
+            end_seq=span[1] if span else None,
+            batch_started_at=started,
+            foreach_s=completed - started,
+            output_rows=out_rows,
+            decision_s=admission.decision_s if admission else 0.0,
+            polls=admission.polls if admission else 0,
+            decision_reason=admission.reason if admission else None,
+            target_s=decision.target_s if decision else self.target_s,
+            predicted_s=decision.predicted_s if decision else None,
+            margin_s=decision.margin_s if decision else None,
+            estimate_s=decision.estimate_s if decision else None,
+            **fields,
         )
-        self._metrics_writer.append(record)
-        if self.optimizer is not None and record["rows"] > 0 and "inflection_point" in record:
-            from .optimizer import BatchSample
-
-            self.optimizer.observe(
-                BatchSample(
-                    batch_id=batch_id,
-                    inflection_point=record["inflection_point"],
-                    rows=record["rows"],
-                    nbytes=record["bytes"],
-                    throughput_rows_s=record["throughput_rows_s"],
-                    max_latency_s=record["max_latency_s"],
-                )
-            )
-        if self.controller is not None and record["rows"] > 0:
-            self.controller.observe(
-                BatchObservation(
-                    rows=record["rows"],
-                    nbytes=record["bytes"],
-                    processing_s=record["processing_s"],
-                    max_latency_s=record["max_latency_s"],
-                )
-            )
+        for controller in controllers:
+            added = controller.after_batch(record)
+            if added:
+                record = dataclasses.replace(record, extra={**record.extra, **added})
+        self.changelog.stamp(batch.batch_id, changes)
+        as_dict = record.to_dict()
+        self._metrics_writer.append(as_dict)
         with self._lock:
-            if span:
-                self._completed_end = max(self._completed_end, span[1])
-            self._records.append(record)
+            self.book.complete(span)
+            self._records.append(as_dict)
             callbacks = list(self._callbacks)
-            self._in_batch = False
             self._batch_done.notify_all()
         if self.feed is None:
             self._start_feed()
         for callback in callbacks:
             try:
-                callback(record)
+                callback(as_dict)
             except Exception:
                 pass  # a broken subscriber must not fail the batch
 
@@ -988,15 +781,16 @@ class LiveStream:
                 self._batch_done.wait(0.05)
 
     # ------------------------------------------------------------------ waiting
-    def _check_health(self) -> None:
+    def check_health(self) -> None:
+        """Raise EngineError if the stream, its query or its feed failed."""
         if self._failure is not None:
-            raise EngineError(f"stream {self.name} failed: {_one_line(self._failure)}")
-        if self.query is not None and not self.query.isActive and not self._stopped and not self._restarting:
-            exc = self.query.exception()
-            raise EngineError(f"stream {self.name} stopped: {_one_line(exc) if exc else 'no error'}")
+            raise EngineError(f"stream {self.name} failed: {one_line(self._failure)}")
+        if self.query is not None and not self.engine.is_active and not self._stopped and not self._restarting:
+            error = self.engine.query_error()
+            raise EngineError(f"stream {self.name} stopped: {one_line(error) if error else 'no error'}")
         feed_error = getattr(self.feed, "error", None)
         if feed_error is not None:
-            raise EngineError(f"feed of {self.name} failed: {_one_line(feed_error)}")
+            raise EngineError(f"feed of {self.name} failed: {one_line(feed_error)}")
 
     def wait(
         self,
@@ -1018,12 +812,10 @@ class LiveStream:
                 return False
             if rows is not None and sum(r["rows"] for r in data) < rows:
                 return False
-            if until is not None and not until(self):
-                return False
-            return True
+            return until is None or until(self)
 
         while True:
-            self._check_health()
+            self.check_health()
             with self._lock:
                 if done():
                     return self
@@ -1043,15 +835,15 @@ class LiveStream:
             return False
         self.spool.refresh()
         with self._lock:
-            return self._completed_end >= self.spool.end_seq
+            return self.book.caught_up(self.spool.end_seq)
 
     def drain(self, timeout: float = 120.0) -> None:
         """Admit everything the spool holds and wait until it is processed."""
         with self._lock:
-            self._mode = "drain"
+            self.book.mode = DRAIN
         self.spool.refresh()
         target = self.spool.end_seq
-        self.wait(until=lambda s: s._completed_end >= target, timeout=timeout)
+        self.wait(until=lambda s: s.book.caught_up(target), timeout=timeout)
 
     def stop(self, *, drain: bool = True, timeout: float = 120.0) -> dict:
         """Stop cleanly: stop the feed, optionally process what is pending, stop Spark.
@@ -1066,67 +858,56 @@ class LiveStream:
             if hasattr(self.feed, "scan_once") and drain:
                 self.feed.scan_once()  # files that landed since the last poll
         try:
-            if drain and self.query is not None and self.query.isActive and self._failure is None:
+            if drain and self.is_active and self._failure is None:
                 self.drain(timeout=timeout)
         finally:
-            with self._lock:
-                self._mode = "hold"
             self._teardown()
         return self.summary()
 
     def _teardown(self) -> None:
-        from .engine.stream import stop_query
-
         self._stopped = True
         with self._lock:
-            self._mode = "hold"
+            self.book.mode = HOLD
         if self.feed is not None:
             try:
                 self.feed.stop()
             except Exception:
                 pass
-        if self.query is not None:
-            stop_query(self.query, is_idle=lambda: not self._in_batch)
-        if self.spark is not None and self._listener is not None:
+        self.engine.stop_query(is_idle=lambda: not self.book.in_batch)
+        if self.engine.spark is not None:
             self._await_progress(timeout=5.0)
-            try:
-                self.spark.streams.removeListener(self._listener)
-            except Exception:
-                pass
+        self.engine.remove_listener()
         if self._channel is not None:
             self._channel.close()
-        if self.optimizer is not None:
+        for controller in self.controllers:
             try:
-                self.optimizer.close()
+                controller.close()
             except Exception:
                 pass
-        stopped_at = time.time()
-        if getattr(self, "_run_info", None) is not None:
-            info = dict(self._run_info)
-            self.spool.refresh()
-            data = [r for r in self._records if r["rows"] > 0]
-            info.update(
-                stopped_at=stopped_at,
-                feed_rows=self.spool.total_rows(),
-                feed_datasets=self.spool.end_seq,
-                rows_processed=sum(r["rows"] for r in data),
-                batches=len(self._records),
-                total_rows=self.spool.total_rows(0, self._completed_end),
-                processed_through_seq=self._completed_end,
-            )
-            rows_bad = getattr(self.feed, "total_rows_bad", None)
-            if rows_bad is not None:
-                info["rows_rejected"] = rows_bad
-            write_run_info(self.run_dir, info)
+        if self._run_info is not None:
+            self._write_final_run_info()
         for writer in (self._metrics_writer, self._progress_writer):
             if writer is not None:
                 writer.close()
-        if self._external_spark is None and self.spark is not None:
-            try:
-                self.spark.stop()
-            except Exception:
-                pass
-            self.spark = None
+        self.engine.close()
+
+    def _write_final_run_info(self) -> None:
+        info = dict(self._run_info)
+        self.spool.refresh()
+        data = [r for r in self._records if r["rows"] > 0]
+        info.update(
+            stopped_at=time.time(),
+            feed_rows=self.spool.total_rows(),
+            feed_datasets=self.spool.end_seq,
+            rows_processed=sum(r["rows"] for r in data),
+            batches=len(self._records),
+            total_rows=self.spool.total_rows(0, self.book.completed_end),
+            processed_through_seq=self.book.completed_end,
+        )
+        rows_bad = getattr(self.feed, "total_rows_bad", None)
+        if rows_bad is not None:
+            info["rows_rejected"] = rows_bad
+        write_run_info(self.run_dir, info)
 
     def __enter__(self) -> "LiveStream":
         return self.start()
@@ -1140,67 +921,3 @@ class LiveStream:
             f"<LiveStream {self.workload.name} policy={self.policy.name} {state} "
             f"batches={len(self._records)} run_dir={self.run_dir}>"
         )
-
-
-def _change_dicts(changes, prefix: str = "") -> list[dict]:
-    """Recorded changes as flat dicts: ``param``, ``old`` (when known), ``value``, ``at``.
-
-    The controller's :class:`ParamChange` (several parameters at once) becomes one
-    dict per parameter, named ``controller.<param>`` like the mapper's ``mapper.<param>``.
-    """
-    out = []
-    for change in changes or []:
-        if isinstance(change, dict):
-            out.append(change)
-        elif hasattr(change, "changes") and hasattr(change, "wall_time"):
-            for param, (old, new) in change.changes.items():
-                out.append({"param": f"{prefix}{param}", "old": old, "value": new, "at": change.wall_time})
-        elif hasattr(change, "to_dict"):
-            out.append(change.to_dict())
-        else:
-            out.append({"change": repr(change)})
-    return out
-
-
-def _one_line(exc: BaseException | str) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
-
-
-TWIN_STATE_DIR = "twin_state"
-
-
-def _save_twin_state(run_dir: Path, end_seq: int, state) -> None:
-    """Keep the twin's state after the batch that ends at feed seq ``end_seq`` (last three kept)."""
-    import os
-    import pickle
-
-    directory = Path(run_dir) / TWIN_STATE_DIR
-    directory.mkdir(exist_ok=True)
-    final = directory / f"{end_seq:012d}.pkl"
-    tmp = directory / f".{end_seq:012d}.pkl.tmp"
-    with open(tmp, "wb") as fh:
-        pickle.dump(state, fh)
-    os.replace(tmp, final)
-    for old in sorted(directory.glob("*.pkl"))[:-3]:
-        old.unlink(missing_ok=True)
-
-
-def _load_twin_state(run_dir: Path, committed: Optional[int]):
-    """The twin's state after the last committed batch, None for a fresh run.
-
-    Raises ConfigError when a resumed run has no state for its committed offset
-    (e.g. it was started in another device mode): the twin's windows would be wrong.
-    """
-    import pickle
-
-    if not committed:
-        return None
-    path = Path(run_dir) / TWIN_STATE_DIR / f"{committed:012d}.pkl"
-    if not path.exists():
-        raise ConfigError(
-            f"cannot resume {run_dir} in twin mode: no twin state for feed offset {committed} "
-            f"(was the run started in another device mode?)"
-        )
-    with open(path, "rb") as fh:
-        return pickle.load(fh)

@@ -74,6 +74,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 
 from .exceptions import ConfigError
+from .protocol import BATCH, Param, Tunable
 
 __all__ = [
     "BASE_COSTS",
@@ -380,7 +381,7 @@ def _known_class(op_class: str) -> str:
     return op_class
 
 
-class DeviceMapper:
+class DeviceMapper(Tunable):
     """Maps each operator of a plan to the CPU or the GPU (Algorithm 2); safe to retune while running.
 
     Parameters
@@ -402,6 +403,14 @@ class DeviceMapper:
     (65536.0, {'Sort': 'GPU'})
     """
 
+    prefix = "mapper"
+    change_phase = BATCH  # read when each batch is placed
+    PARAMS = (
+        Param("inflection_point", float, low=0, low_open=True, log_scale=True,
+              doc="partition bytes at which each class's preference holds"),
+        Param("transition_cost", float, low=0, doc="base CPU/GPU transition cost t0 (Eq. 9)"),
+    )
+
     def __init__(
         self,
         inflection_point: float = DEFAULT_INFLECTION_POINT,
@@ -409,6 +418,7 @@ class DeviceMapper:
         transition_cost: float = DEFAULT_TRANSITION_COST,
         pins: Mapping[str, str | None] | None = None,
     ) -> None:
+        super().__init__()
         self._lock = threading.Lock()
         self._inflection_point = _positive("inflection_point", inflection_point)
         self._base_costs: dict[str, float] = dict(BASE_COSTS)
@@ -423,6 +433,7 @@ class DeviceMapper:
         for op_class, device in (pins or {}).items():
             self.pin(op_class, device)
         self._changes.clear()  # the constructor's values are not live changes
+        self.changelog.take()
 
     # -- parameters (each write and each map() read holds the lock) ------------------------------
 
@@ -470,7 +481,8 @@ class DeviceMapper:
     def _record(self, param: str, old, new) -> None:
         # called with the lock held; unchanged values are not changes
         if old != new:
-            self._changes.append({"param": f"mapper.{param}", "old": old, "value": new, "at": time.time()})
+            self._changes.append({"param": self.qualified(param), "old": old, "value": new, "at": time.time()})
+            self.log_change(param, new, old=old)
 
     def pop_changes(self) -> list[dict]:
         """The parameter changes since the last call (``param``, ``old``, ``value``, ``at``).
@@ -485,6 +497,20 @@ class DeviceMapper:
         with self._lock:
             changes, self._changes = self._changes, []
         return changes
+
+    @property
+    def inflection_point(self) -> float:
+        return self._inflection_point
+
+    @property
+    def transition_cost(self) -> float:
+        return self._transition_cost
+
+    def _apply_transition_cost(self, value: float) -> None:
+        self.set_transition_cost(value)
+
+    def _apply_inflection_point(self, value: float) -> None:
+        self.set_inflection_point(value)
 
     def snapshot(self) -> dict:
         """The current parameters as a plain dict."""

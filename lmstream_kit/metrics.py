@@ -22,28 +22,19 @@ import math
 import os
 import threading
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Optional, Sequence
+from typing import Any, Mapping, Optional, Sequence
+
+from .record import FIELD_DOCS, BatchRecord, summarize
+
+__all__ = ["batch_record", "load_metrics", "read_jsonl", "read_run_info", "summarize", "write_run_info",
+           "JsonlWriter", "METRICS_FILE", "PROGRESS_FILE", "RUN_FILE"]
 
 METRICS_FILE = "metrics.jsonl"
 PROGRESS_FILE = "spark_progress.jsonl"
 RUN_FILE = "run.json"
 
-#: the fields every metrics record has (more may follow)
-CORE_FIELDS = (
-    "batch_id",
-    "policy",
-    "n_datasets",
-    "rows",
-    "bytes",
-    "oldest_arrival",
-    "admitted_at",
-    "completed_at",
-    "buffering_s",
-    "processing_s",
-    "max_latency_s",
-    "avg_latency_s",
-    "throughput_rows_s",
-)
+#: the fields every metrics record has (more may follow); see :mod:`lmstream_kit.record`
+CORE_FIELDS = tuple(f for f in FIELD_DOCS if f != "extra")
 
 
 def batch_record(
@@ -55,13 +46,7 @@ def batch_record(
     completed_at: float,
     extra: Optional[Mapping[str, Any]] = None,
 ) -> dict:
-    """Compute one metrics record from the batch's datasets and its timestamps.
-
-    ``datasets`` are objects with ``arrival`` (epoch s), ``rows`` and ``nbytes``.
-    ``max_latency_s`` is completion minus the oldest arrival, ``avg_latency_s``
-    the row-weighted mean of completion minus arrival, ``buffering_s`` admission
-    minus the oldest arrival, ``processing_s`` completion minus admission, and
-    ``throughput_rows_s`` rows over processing time.
+    """One record's JSON form (:meth:`BatchRecord.from_batch`), with ``extra`` keys added.
 
     >>> from types import SimpleNamespace as D
     >>> r = batch_record(batch_id=3, policy="lmstream", admitted_at=15.0, completed_at=16.0,
@@ -70,32 +55,9 @@ def batch_record(
     >>> r["max_latency_s"], r["avg_latency_s"], r["buffering_s"], r["throughput_rows_s"]
     (6.0, 3.0, 5.0, 400.0)
     """
-    rows = sum(int(d.rows) for d in datasets)
-    nbytes = sum(int(d.nbytes) for d in datasets)
-    processing = completed_at - admitted_at
-    if datasets:
-        oldest = min(float(d.arrival) for d in datasets)
-        max_latency = completed_at - oldest
-        weighted = sum(int(d.rows) * (completed_at - float(d.arrival)) for d in datasets)
-        avg_latency = weighted / rows if rows else max_latency
-        buffering = admitted_at - oldest
-    else:
-        oldest = max_latency = avg_latency = buffering = None
-    record = {
-        "batch_id": int(batch_id),
-        "policy": policy,
-        "n_datasets": len(datasets),
-        "rows": rows,
-        "bytes": nbytes,
-        "oldest_arrival": oldest,
-        "admitted_at": admitted_at,
-        "completed_at": completed_at,
-        "buffering_s": buffering,
-        "processing_s": processing,
-        "max_latency_s": max_latency,
-        "avg_latency_s": avg_latency,
-        "throughput_rows_s": rows / processing if processing > 0 else None,
-    }
+    record = BatchRecord.from_batch(
+        batch_id=batch_id, policy=policy, datasets=datasets, admitted_at=admitted_at, completed_at=completed_at
+    ).to_dict()
     if extra:
         record.update(extra)
     return record
@@ -186,50 +148,3 @@ def load_metrics(run_dir: os.PathLike | str):
     if len(df):
         df = df.sort_values("batch_id", kind="stable").reset_index(drop=True)
     return df
-
-
-def _quantile(values: Sequence[float], q: float) -> float:
-    """Linear-interpolated quantile (numpy's default method), stdlib only."""
-    xs = sorted(values)
-    if not xs:
-        return float("nan")
-    pos = (len(xs) - 1) * q
-    lo = math.floor(pos)
-    hi = min(lo + 1, len(xs) - 1)
-    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
-
-
-def summarize(records: Iterable[Mapping[str, Any]], *, bound_s: Optional[float] = None) -> dict:
-    """Summary of a run's data batches (batches with rows).
-
-    Returns batches, rows, mean/p50/p99/max of the per-batch maximum latency,
-    the row-weighted mean latency, throughput (rows over summed processing time)
-    and, with ``bound_s``, the share of batches whose maximum latency is within it.
-
-    >>> s = summarize([{"rows": 10, "max_latency_s": 1.0, "avg_latency_s": 0.5, "processing_s": 0.1},
-    ...                {"rows": 30, "max_latency_s": 3.0, "avg_latency_s": 1.5, "processing_s": 0.3}],
-    ...               bound_s=2.0)
-    >>> s["batches"], s["rows"], s["max_latency_mean_s"], s["latency_mean_s"], s["within_bound"]
-    (2, 40, 2.0, 1.25, 0.5)
-    """
-    data = [r for r in records if (r.get("rows") or 0) > 0 and r.get("max_latency_s") is not None]
-    maxlat = [float(r["max_latency_s"]) for r in data]
-    rows = sum(int(r["rows"]) for r in data)
-    proc = sum(float(r["processing_s"]) for r in data if r.get("processing_s") is not None)
-    out = {
-        "batches": len(data),
-        "rows": rows,
-        "max_latency_mean_s": sum(maxlat) / len(maxlat) if maxlat else float("nan"),
-        "max_latency_p50_s": _quantile(maxlat, 0.50),
-        "max_latency_p99_s": _quantile(maxlat, 0.99),
-        "max_latency_max_s": max(maxlat) if maxlat else float("nan"),
-        "latency_mean_s": (
-            sum(float(r["avg_latency_s"]) * int(r["rows"]) for r in data) / rows if rows else float("nan")
-        ),
-        "throughput_rows_s": rows / proc if proc > 0 else float("nan"),
-    }
-    if bound_s is not None:
-        out["within_bound"] = (
-            sum(1 for x in maxlat if x <= bound_s) / len(maxlat) if maxlat else float("nan")
-        )
-    return out

@@ -13,18 +13,22 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Optional, Sequence
 
 from .controller import AdmissionController, Decision
 from .exceptions import ConfigError
+from .protocol import BatchController
 from .registry import Registry
 
 
-class AdmitAll:
-    """Gate of the baseline policies: admit whatever is pending."""
+class AdmitAll(BatchController):
+    """Gate of the baseline policies: admit whatever is pending (nothing to tune or learn)."""
+
+    prefix = "gate"
 
     def __init__(self, reason: str = "trigger") -> None:
+        super().__init__()
         self.reason = reason
 
     def decide(self, now: float, pending: Sequence) -> Decision:
@@ -61,7 +65,7 @@ class Policy:
     trigger_s: float
     uses_controller: bool
 
-    def make_gate(self, *, slide_s: float, controller_params: Optional[dict] = None):
+    def make_gate(self, *, slide_s: float, controller_params: dict | None = None):
         """A fresh gate for one stream: the controller, or :class:`AdmitAll`."""
         if self.uses_controller:
             return AdmissionController(slide_s=slide_s, **(controller_params or {}))
@@ -83,7 +87,7 @@ POLICIES.register(
 )
 
 
-def get_policy(name: str, *, trigger_s: Optional[float] = None) -> Policy:
+def get_policy(name: str, *, trigger_s: float | None = None) -> Policy:
     """Look up a policy by name; ``trigger_s`` sets the ``fixed`` interval (default 10 s)."""
     policy = POLICIES.get(name)
     if policy.name == "fixed" and trigger_s is not None:

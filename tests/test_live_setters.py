@@ -20,9 +20,10 @@ def test_set_slide_before_start_changes_window_and_target(tmp_path):
     assert s.slide_s == 5.0
     assert s.controller.target_s == pytest.approx(1.25)  # 5 simulated s at speedup 4
     assert s.optimizer.snapshot()["target_latency_s"] == pytest.approx(1.25)
-    assert s._changes[-1]["param"] == "window_slide_s" and s._changes[-1]["restart"] is False
+    changes = s.pending_changes()
+    assert changes[-1]["param"] == "window_slide_s" and changes[-1]["restart"] is False
     s.set_slide(5)  # no change: nothing recorded
-    assert [c["param"] for c in s._changes] == ["window_slide_s"]
+    assert [c["param"] for c in s.pending_changes()] == ["window_slide_s"]
 
 
 @pytest.mark.parametrize(
@@ -64,7 +65,7 @@ def test_set_policy_before_start_keeps_the_controller(tmp_path):
     assert s.policy.trigger_s == 5.0
     s.set_policy("lmstream")
     assert s.controller is controller
-    assert [(c["old"], c["value"]) for c in s._changes] == [
+    assert [(c["old"], c["value"]) for c in s.pending_changes()] == [
         ("lmstream", "asap"), ("asap", "fixed"), ("fixed", "lmstream")]
     with pytest.raises(ConfigError, match="unknown policy"):
         s.set_policy("fastest")
@@ -76,4 +77,4 @@ def test_remove_on_batch(tmp_path):
     s.on_batch(seen.append)
     s.remove_on_batch(seen.append)
     s.remove_on_batch(print)  # unknown: ignored
-    assert s._callbacks == []
+    assert s.callbacks == []

@@ -26,7 +26,10 @@ Design
   workload; state operators (``StateStoreRestoreExec``, ``StateStoreSaveExec``,
   ``StreamingSymmetricHashJoinExec``, ``EventTimeWatermarkExec``) stay on the CPU.
   The module docstring lists the Spark semantics they follow (watermark, late
-  rows, emission, no-data batches).
+  rows, emission, no-data batches).  Each query's program is defined beside its
+  Spark query, in its workload module (:attr:`Workload.twin
+  <lmstream_kit.workloads.base.Workload.twin>`); the operators they are built of
+  and the windowed aggregation shared by four of them live in this module.
 * :mod:`~lmstream_kit.twin.executor` -- :class:`TwinExecutor`:
   ``process(table, batch_id, plan) -> TwinResult`` (``table``, ``op_seconds``,
   ``devices``, ``transitions``, ...), ``state_dict()`` / ``load_state()``.
@@ -41,7 +44,9 @@ cudf
 ----
 * cudf is an optional extra: ``pip install 'lmstream_kit[gpu]'`` (cudf-cu12 26.6:
   the last line that still takes pandas 2.x; 26.10 needs pandas 3).
-* It is imported lazily and never at import time of this package.
+* It is imported lazily and never at import time of this package (which imports
+  only :mod:`~lmstream_kit.twin.program` at once: the executor, the backends and
+  pandas load on first use of their names).
   :func:`cudf_available` imports it first in a child process with a timeout,
   because without a usable GPU ``import cudf`` may raise anything or even crash
   the interpreter, and only then in this process inside ``try/except Exception``;
@@ -57,6 +62,7 @@ minus 5) reaches their end: 330 rows in the third batch, 636 in the fourth.
 
 >>> import numpy as np
 >>> from lmstream_kit.mapper import DeviceMapper
+>>> from lmstream_kit.twin import TwinExecutor, cudf_available, twin_program
 >>> from lmstream_kit.workloads import get_workload
 >>> program = twin_program("CM2S")
 >>> wl = get_workload("CM2S")
@@ -77,9 +83,30 @@ minus 5) reaches their end: 330 rows in the third batch, 636 in the fourth.
 True
 """
 
-from .backends import cudf_available, get_backend
-from .executor import TwinExecutor, TwinResult
+from importlib import import_module
+
 from .program import TwinOp, TwinProgram, twin_program
+
+#: names this package exports from its heavier submodules (they import pandas), loaded on first use
+_LAZY = {
+    "TwinExecutor": "executor",
+    "TwinResult": "executor",
+    "cudf_available": "backends",
+    "get_backend": "backends",
+}
+
+
+def __getattr__(name: str):
+    if name not in _LAZY:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(import_module(f"{__name__}.{_LAZY[name]}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY})
+
 
 __all__ = [
     "TwinExecutor",

@@ -1,5 +1,14 @@
-"""Twin programs: each workload's per-batch query as a small graph of Spark-named operators.
+"""Twin programs: the shared parts of every workload's per-batch query as Spark-named operators.
 
+:class:`TwinProgram`, the operators and :func:`windowed_aggregate` live here; each query's program sits
+beside its Spark query in its workload module (``Workload.twin``), where :func:`twin_program` finds it.
+
+>>> program = twin_program("CM2S")
+>>> program.workload, len(program.ops), program.ops[-1].exec_name, program.stores["agg"]["job_id"]
+('CM2S', 11, 'MicroBatchScanExec', 'int64')
+
+Spark's plan
+------------
 A :class:`TwinProgram` mirrors the physical plan Spark runs for one micro-batch
 of a workload (checked against ``plan_dag`` on real Spark in
 ``tests/test_twin_spark.py``): its operators carry Spark's exec names, so
@@ -15,7 +24,7 @@ Operators whose exec has no Table II class -- ``EventTimeWatermarkExec``,
 as in Spark (the RAPIDS plugin has no streaming state operators either); the
 state they keep between batches lives on the host, in pandas.
 
-Windowed aggregations (LR2S, CM1S, CM1T, CM2S), root first::
+Windowed aggregations (:func:`windowed_aggregate`: LR2S, CM1S, CM1T, CM2S), root first::
 
     [SortExec]                   CM1: window_end, totalCpu desc, category (its finish_batch)
     [ProjectExec]                LR2S: window.end AS timestamp, ...
@@ -32,13 +41,8 @@ Windowed aggregations (LR2S, CM1S, CM1T, CM2S), root first::
     [FilterExec]                 CM2S: event_type = 1 (Spark pushes it below the watermark)
     MicroBatchScanExec           the batch's Arrow table, in the operator's backend
 
-LR1S / LR1T (stream-stream inner self-join on vehicle and window)::
-
-    ProjectExec                  window_start, window_end, timestamp, L's columns
-    StreamingSymmetricHashJoinExec
-      left:  [FilterExec isnotnull(window)] <- ExpandExec | ProjectExec (window) <- FilterExec
-             <- EventTimeWatermarkExec <- ProjectExec <- FilterExec isnotnull(vehicle) <- MicroBatchScanExec
-      right: ProjectExec (a_window, a_vehicle) <- ... the same chain ...
+LR1S / LR1T are a stream-stream inner self-join; their operator tree is in
+:mod:`lmstream_kit.workloads.lr1`.
 
 Event time is handled in whole seconds (``int64``) inside the frames; the
 executor turns second columns into Spark's ``timestamp[us, tz=UTC]`` when it
@@ -76,9 +80,10 @@ by their keys, and join pairs in a deterministic order.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from functools import cached_property, lru_cache
-from typing import Any, Callable, Mapping, Optional, Sequence
+from functools import cache, cached_property
+from typing import Any
 
 import pyarrow as pa
 
@@ -86,11 +91,31 @@ from ..exceptions import ConfigError
 from ..mapper import Operator, PlanDag, exec_class, unmapped_reason
 
 __all__ = [
+    "TIMESTAMP",
+    "TS",
+    "WINDOW",
     "BatchContext",
+    "OpFn",
     "TwinOp",
     "TwinProgram",
-    "TWIN_WORKLOADS",
+    "chain",
+    "event_time_watermark",
+    "filter_equals",
+    "filter_less",
+    "filter_not_null",
+    "merge_aggregate",
+    "partial_aggregate",
+    "project",
+    "project_ts",
+    "scan",
+    "sliding_windows",
+    "sort",
+    "state_restore",
+    "state_save",
+    "timestamp_schema",
+    "tumbling_window",
     "twin_program",
+    "windowed_aggregate",
 ]
 
 WINDOW = ("window_start", "window_end")
@@ -132,7 +157,7 @@ class TwinOp:
     detail: str = ""
 
     @property
-    def op_class(self) -> Optional[str]:
+    def op_class(self) -> str | None:
         """Table II class (None: the operator stays on the CPU)."""
         return exec_class(self.exec_name)
 
@@ -218,7 +243,7 @@ class TwinProgram:
 # ----------------------------------------------------------------------------------------- operators
 
 
-def _scan(columns: Sequence[str]) -> OpFn:
+def scan(columns: Sequence[str]) -> OpFn:
     names = list(columns)
 
     def run(be, inputs, ctx):
@@ -227,7 +252,7 @@ def _scan(columns: Sequence[str]) -> OpFn:
     return run
 
 
-def _filter_equals(column: str, value) -> OpFn:
+def filter_equals(column: str, value) -> OpFn:
     def run(be, inputs, ctx):
         frame = inputs[0]
         return frame[frame[column] == value]
@@ -235,7 +260,7 @@ def _filter_equals(column: str, value) -> OpFn:
     return run
 
 
-def _filter_not_null(columns: Sequence[str]) -> OpFn:
+def filter_not_null(columns: Sequence[str]) -> OpFn:
     names = list(columns)
 
     def run(be, inputs, ctx):
@@ -248,7 +273,7 @@ def _filter_not_null(columns: Sequence[str]) -> OpFn:
     return run
 
 
-def _filter_less(column: str, bound: float) -> OpFn:
+def filter_less(column: str, bound: float) -> OpFn:
     def run(be, inputs, ctx):
         frame = inputs[0]
         return frame[frame[column] < bound]
@@ -256,7 +281,7 @@ def _filter_less(column: str, bound: float) -> OpFn:
     return run
 
 
-def _project_ts(keep: Sequence[str], time_column: str) -> OpFn:
+def project_ts(keep: Sequence[str], time_column: str) -> OpFn:
     names = list(keep)
 
     def run(be, inputs, ctx):
@@ -267,7 +292,7 @@ def _project_ts(keep: Sequence[str], time_column: str) -> OpFn:
     return run
 
 
-def _event_time_watermark() -> OpFn:
+def event_time_watermark() -> OpFn:
     def run(be, inputs, ctx):
         frame = inputs[0]
         if len(frame):
@@ -277,7 +302,7 @@ def _event_time_watermark() -> OpFn:
     return run
 
 
-def _tumbling_window(range_s: int, keep: Sequence[str], rename: Mapping[str, str] | None = None) -> OpFn:
+def tumbling_window(range_s: int, keep: Sequence[str], rename: Mapping[str, str] | None = None) -> OpFn:
     names = list(keep)
     rename = dict(rename or {})
 
@@ -291,7 +316,7 @@ def _tumbling_window(range_s: int, keep: Sequence[str], rename: Mapping[str, str
     return run
 
 
-def _sliding_windows(range_s: int, slide_s: int, keep: Sequence[str]) -> OpFn:
+def sliding_windows(range_s: int, slide_s: int, keep: Sequence[str]) -> OpFn:
     if range_s % slide_s:
         raise ConfigError(
             f"the twin needs a window range that is a multiple of the slide, got {range_s}/{slide_s}"
@@ -311,7 +336,7 @@ def _sliding_windows(range_s: int, slide_s: int, keep: Sequence[str]) -> OpFn:
     return run
 
 
-def _project(columns: Sequence[tuple[str, Any]]) -> OpFn:
+def project(columns: Sequence[tuple[str, Any]]) -> OpFn:
     """Output columns ``(name, source)``: a column name or ``fn(frame) -> series``."""
     spec = list(columns)
 
@@ -330,8 +355,8 @@ def _typed(frame, dtypes: Mapping[str, str]):
     return frame.astype(wrong) if wrong else frame
 
 
-def _partial_aggregate(keys: Sequence[str], buffers: Sequence[tuple[str, Optional[str]]],
-                       dtypes: Mapping[str, str]) -> OpFn:
+def partial_aggregate(keys: Sequence[str], buffers: Sequence[tuple[str, str | None]],
+                      dtypes: Mapping[str, str]) -> OpFn:
     """``buffers``: ``(name, source column)`` summed as float64, or ``(name, None)``: count(1)."""
     group = [*WINDOW, *keys]
 
@@ -346,7 +371,7 @@ def _partial_aggregate(keys: Sequence[str], buffers: Sequence[tuple[str, Optiona
     return run
 
 
-def _merge_aggregate(keys: Sequence[str], dtypes: Mapping[str, str]) -> OpFn:
+def merge_aggregate(keys: Sequence[str], dtypes: Mapping[str, str]) -> OpFn:
     group = [*WINDOW, *keys]
 
     def run(be, inputs, ctx):
@@ -355,7 +380,7 @@ def _merge_aggregate(keys: Sequence[str], dtypes: Mapping[str, str]) -> OpFn:
     return run
 
 
-def _state_restore(store: str, keys: Sequence[str]) -> OpFn:
+def state_restore(store: str, keys: Sequence[str]) -> OpFn:
     group = [*WINDOW, *keys]
 
     def run(be, inputs, ctx):
@@ -368,7 +393,7 @@ def _state_restore(store: str, keys: Sequence[str]) -> OpFn:
     return run
 
 
-def _state_save(store: str, keys: Sequence[str]) -> OpFn:
+def state_save(store: str, keys: Sequence[str]) -> OpFn:
     group = [*WINDOW, *keys]
 
     def run(be, inputs, ctx):
@@ -384,35 +409,9 @@ def _state_save(store: str, keys: Sequence[str]) -> OpFn:
     return run
 
 
-def _sort(by: Sequence[str], ascending: Sequence[bool]) -> OpFn:
+def sort(by: Sequence[str], ascending: Sequence[bool]) -> OpFn:
     def run(be, inputs, ctx):
         return inputs[0].sort_values(list(by), ascending=list(ascending)).reset_index(drop=True)
-
-    return run
-
-
-def _self_join(store: str, columns: Sequence[str]) -> OpFn:
-    """Stream-stream inner self-join on (window, vehicle), Spark's symmetric hash join semantics."""
-    key = [*WINDOW, "vehicle"]
-    cols = list(columns)
-    right_names = {"a_window_start": "window_start", "a_window_end": "window_end", "a_vehicle": "vehicle"}
-
-    def run(be, inputs, ctx):
-        left, right = inputs
-        late_left = left["window_end"] <= ctx.late_watermark
-        late_right = right["a_window_end"] <= ctx.late_watermark
-        ctx.dropped_late += int(late_left.sum()) + int(late_right.sum())
-        left = left[~late_left][cols]
-        right_new = right[~late_right].rename(columns=right_names)[key]
-        stored = ctx.state[store]  # both sides hold the same rows: one buffer for both
-        # left pass: new left rows x right state (stored); right pass: new right rows x left
-        # state, which by then holds the stored and the new left rows
-        pairs_new = left.merge(be.concat([stored[key], right_new]), on=key, how="inner")
-        pairs_old = stored.merge(right_new, on=key, how="inner")
-        out = be.concat([pairs_new[cols], pairs_old[cols]])
-        kept = be.concat([stored, left])
-        ctx.new_state[store] = kept[kept["window_end"] > ctx.eviction_watermark].reset_index(drop=True)
-        return out
 
     return run
 
@@ -420,7 +419,7 @@ def _self_join(store: str, columns: Sequence[str]) -> OpFn:
 # ----------------------------------------------------------------------------------------- programs
 
 
-def _chain(steps: Sequence[tuple[str, OpFn, str]], first_id: int = 0) -> list[TwinOp]:
+def chain(steps: Sequence[tuple[str, OpFn, str]], first_id: int = 0) -> list[TwinOp]:
     """Operators of a linear chain, root first, ids in pre-order from ``first_id``."""
     ops = []
     for i, (name, run, detail) in enumerate(steps):
@@ -430,14 +429,14 @@ def _chain(steps: Sequence[tuple[str, OpFn, str]], first_id: int = 0) -> list[Tw
     return ops
 
 
-def _timestamp_schema(fields: Sequence[tuple[str, pa.DataType, bool]]) -> pa.Schema:
+def timestamp_schema(fields: Sequence[tuple[str, pa.DataType, bool]]) -> pa.Schema:
     return pa.schema([pa.field(name, kind, nullable=nullable) for name, kind, nullable in fields])
 
 
 TIMESTAMP = pa.timestamp("us", tz="UTC")
 
 
-def _windowed_aggregate(
+def windowed_aggregate(
     *,
     workload: str,
     input_schema: pa.Schema,
@@ -446,9 +445,9 @@ def _windowed_aggregate(
     slide_s: int,
     keys: Sequence[str],
     key_dtypes: Mapping[str, str],
-    buffers: Sequence[tuple[str, Optional[str]]],
+    buffers: Sequence[tuple[str, str | None]],
     measures: Sequence[str],
-    pre_filter: Optional[tuple[str, Any]],
+    pre_filter: tuple[str, Any] | None,
     final: Sequence[tuple[str, Any]],
     final_detail: str,
     top: Sequence[tuple[str, OpFn, str]],
@@ -456,37 +455,44 @@ def _windowed_aggregate(
     ordered: bool,
     description: str,
 ) -> TwinProgram:
+    """The program of a windowed aggregation (the tree in the module docstring), root first.
+
+    ``keys`` group each window; ``buffers`` are the partial aggregates (``(name, column)``:
+    sum of the column as float64, ``(name, None)``: count(1)); ``final`` the output columns of
+    the final aggregate (as in :func:`project`); ``top`` the steps above it, root first;
+    ``pre_filter`` an optional ``(column, value)`` equality below the watermark.
+    """
     dtypes = {"window_start": "int64", "window_end": "int64", **dict(key_dtypes)}
     for name, src in buffers:
         dtypes[name] = "float64" if src is not None else "int64"
     keep = [*keys, *measures]
     if slide_s:
-        window_step = ("ExpandExec", _sliding_windows(range_s, slide_s, keep),
+        window_step = ("ExpandExec", sliding_windows(range_s, slide_s, keep),
                        f"{range_s // slide_s} windows of {range_s} s sliding by {slide_s} s")
     else:
-        window_step = ("ProjectExec", _tumbling_window(range_s, keep), f"tumbling window of {range_s} s")
+        window_step = ("ProjectExec", tumbling_window(range_s, keep), f"tumbling window of {range_s} s")
     partial_detail = ", ".join(f"partial_{'sum' if s else 'count'}({s or 1})" for _, s in buffers)
     steps = [
         *top,
-        ("HashAggregateExec", _project(final), f"final: {final_detail}"),
-        ("StateStoreSaveExec", _state_save("agg", keys), "append: drop late, evict window_end <= watermark"),
-        ("HashAggregateExec", _merge_aggregate(keys, dtypes), "merge with stored partials"),
-        ("StateStoreRestoreExec", _state_restore("agg", keys), "stored partials of this batch's keys"),
-        ("HashAggregateExec", _partial_aggregate(keys, buffers, dtypes), partial_detail),
+        ("HashAggregateExec", project(final), f"final: {final_detail}"),
+        ("StateStoreSaveExec", state_save("agg", keys), "append: drop late, evict window_end <= watermark"),
+        ("HashAggregateExec", merge_aggregate(keys, dtypes), "merge with stored partials"),
+        ("StateStoreRestoreExec", state_restore("agg", keys), "stored partials of this batch's keys"),
+        ("HashAggregateExec", partial_aggregate(keys, buffers, dtypes), partial_detail),
         window_step,
-        ("FilterExec", _filter_not_null([TS]), "isnotnull(ts)"),
-        ("EventTimeWatermarkExec", _event_time_watermark(), f"ts, {lateness_s} seconds"),
-        ("ProjectExec", _project_ts(keep, "time"), f"{', '.join(keep)}, timestamp_seconds(time) AS ts"),
+        ("FilterExec", filter_not_null([TS]), "isnotnull(ts)"),
+        ("EventTimeWatermarkExec", event_time_watermark(), f"ts, {lateness_s} seconds"),
+        ("ProjectExec", project_ts(keep, "time"), f"{', '.join(keep)}, timestamp_seconds(time) AS ts"),
     ]
     scan_columns = ["time", *keep]
     if pre_filter is not None:
         column, value = pre_filter
-        steps.append(("FilterExec", _filter_equals(column, value), f"{column} = {value}"))
+        steps.append(("FilterExec", filter_equals(column, value), f"{column} = {value}"))
         scan_columns.append(column)
-    steps.append(("MicroBatchScanExec", _scan(scan_columns), ", ".join(scan_columns)))
+    steps.append(("MicroBatchScanExec", scan(scan_columns), ", ".join(scan_columns)))
     return TwinProgram(
         workload=workload,
-        ops=tuple(_chain(steps)),
+        ops=tuple(chain(steps)),
         input_schema=input_schema,
         output_schema=output_schema,
         lateness_s=int(lateness_s),
@@ -497,195 +503,25 @@ def _windowed_aggregate(
     )
 
 
-def _lr2s() -> TwinProgram:
-    from ..workloads import lr2s
-    from ..workloads.linear_road import LR_SCHEMA
-
-    keys = ["highway", "direction", "segment"]
-    return _windowed_aggregate(
-        workload="LR2S",
-        input_schema=LR_SCHEMA,
-        lateness_s=lr2s.LATENESS_S,
-        range_s=lr2s.RANGE_S,
-        slide_s=lr2s.SLIDE_S,
-        keys=keys,
-        key_dtypes={k: "int32" for k in keys},
-        buffers=[("speed_sum", "speed"), ("reports", None)],
-        measures=["speed"],
-        pre_filter=None,
-        final=[*((c, c) for c in (*WINDOW, *keys)),
-               ("avgSpeed", lambda f: f["speed_sum"] / f["reports"]), ("reports", "reports")],
-        final_detail="avgSpeed = avg(speed), reports = count(1)",
-        top=[
-            ("ProjectExec", _project([("timestamp", "window_end"), *((k, k) for k in keys),
-                                      ("avgSpeed", "avgSpeed"), ("reports", "reports")]),
-             "window.end AS timestamp, highway, direction, segment, avgSpeed, reports"),
-            ("FilterExec", _filter_less("avgSpeed", 40.0), "avgSpeed < 40.0"),
-        ],
-        output_schema=_timestamp_schema([
-            ("timestamp", TIMESTAMP, True), ("highway", pa.int32(), True), ("direction", pa.int32(), True),
-            ("segment", pa.int32(), True), ("avgSpeed", pa.float64(), True), ("reports", pa.int64(), False),
-        ]),
-        ordered=False,
-        description="LR2S: avg speed per segment, 30 s windows sliding by 10 s, below 40 mph",
-    )
-
-
-def _cm1(slide_s: int) -> Callable[[], TwinProgram]:
-    def build() -> TwinProgram:
-        from ..workloads import cm1
-        from ..workloads.cluster_monitoring import CM_SCHEMA
-
-        key = cm1.CATEGORY
-        return _windowed_aggregate(
-            workload="CM1S" if slide_s else "CM1T",
-            input_schema=CM_SCHEMA,
-            lateness_s=cm1.LATENESS_S,
-            range_s=cm1.RANGE_S,
-            slide_s=slide_s,
-            keys=[key],
-            key_dtypes={key: "int32"},
-            buffers=[("totalCpu", "cpu"), ("events", None)],
-            measures=["cpu"],
-            pre_filter=None,
-            final=[*((c, c) for c in WINDOW), ("category", key), ("totalCpu", "totalCpu"),
-                   ("events", "events")],
-            final_detail="totalCpu = sum(cpu), events = count(1)",
-            top=[("SortExec", _sort(["window_end", "totalCpu", "category"], [True, False, True]),
-                  "window_end ASC, totalCpu DESC, category ASC")],
-            output_schema=_timestamp_schema([
-                ("window_start", TIMESTAMP, True), ("window_end", TIMESTAMP, True),
-                ("category", pa.int32(), True), ("totalCpu", pa.float64(), True),
-                ("events", pa.int64(), False),
-            ]),
-            ordered=True,
-            description=f"CM1{'S' if slide_s else 'T'}: total cpu per category, 60 s windows"
-            + (f" sliding by {slide_s} s" if slide_s else " (tumbling)") + ", busiest first",
-        )
-
-    return build
-
-
-def _cm2s() -> TwinProgram:
-    from ..workloads import cm2s
-    from ..workloads.cluster_monitoring import CM_SCHEMA
-
-    return _windowed_aggregate(
-        workload="CM2S",
-        input_schema=CM_SCHEMA,
-        lateness_s=cm2s.LATENESS_S,
-        range_s=cm2s.RANGE_S,
-        slide_s=cm2s.SLIDE_S,
-        keys=["job_id"],
-        key_dtypes={"job_id": "int64"},
-        buffers=[("cpu_sum", "cpu"), ("tasks", None)],
-        measures=["cpu"],
-        pre_filter=("event_type", cm2s.SCHEDULE),
-        final=[*((c, c) for c in WINDOW), ("job_id", "job_id"),
-               ("avgCpu", lambda f: f["cpu_sum"] / f["tasks"]), ("tasks", "tasks")],
-        final_detail="avgCpu = avg(cpu), tasks = count(1)",
-        top=[],
-        output_schema=_timestamp_schema([
-            ("window_start", TIMESTAMP, True), ("window_end", TIMESTAMP, True), ("job_id", pa.int64(), True),
-            ("avgCpu", pa.float64(), True), ("tasks", pa.int64(), False),
-        ]),
-        ordered=False,
-        description="CM2S: avg cpu per job of SCHEDULE events, 60 s windows sliding by 5 s",
-    )
-
-
-def _lr1(slide_s: int) -> Callable[[], TwinProgram]:
-    def build() -> TwinProgram:
-        from ..workloads import lr1
-        from ..workloads.linear_road import LR_SCHEMA
-
-        report = list(lr1.REPORT_COLUMNS)  # vehicle, speed, highway, lane, direction, segment
-        left_keep = ["time", *report]
-        row = [*WINDOW, *left_keep]  # a left row after windowing (also the stored row)
-        range_s = lr1.RANGE_S
-        right_names = {"window_start": "a_window_start", "window_end": "a_window_end", "vehicle": "a_vehicle"}
-
-        def side(first_id: int, keep: list[str], right: bool) -> list[TwinOp]:
-            steps: list[tuple[str, OpFn, str]] = []
-            if slide_s:
-                if right:
-                    steps.append(("ProjectExec", _project([("a_window_start", "window_start"),
-                                                           ("a_window_end", "window_end"),
-                                                           ("a_vehicle", "vehicle")]),
-                                  "window AS a_window, vehicle AS a_vehicle"))
-                steps += [
-                    ("FilterExec", _filter_not_null(["window_start"]), "isnotnull(window)"),
-                    ("ExpandExec", _sliding_windows(range_s, slide_s, keep),
-                     f"{range_s // slide_s} windows of {range_s} s sliding by {slide_s} s"),
-                ]
-            elif right:  # Spark computes and renames the window in one projection here
-                steps.append(("ProjectExec", _tumbling_window(range_s, keep, rename=right_names),
-                              f"tumbling window of {range_s} s AS a_window, vehicle AS a_vehicle"))
-            else:
-                steps.append(("ProjectExec", _tumbling_window(range_s, keep),
-                              f"tumbling window of {range_s} s"))
-            steps += [
-                ("FilterExec", _filter_not_null([TS]), "isnotnull(ts)"),
-                ("EventTimeWatermarkExec", _event_time_watermark(), f"ts, {lr1.LATENESS_S} seconds"),
-                ("ProjectExec", _project_ts(keep, "time"),
-                 f"{', '.join(keep)}, timestamp_seconds(time) AS ts"),
-                ("FilterExec", _filter_not_null(["vehicle"]), "isnotnull(vehicle)"),
-                ("MicroBatchScanExec", _scan(keep if "time" in keep else ["time", *keep]),
-                 ", ".join(keep if "time" in keep else ["time", *keep])),
-            ]
-            return _chain(steps, first_id)
-
-        left = side(2, left_keep, right=False)
-        right = side(2 + len(left), ["vehicle"], right=True)
-        root = TwinOp(0, "ProjectExec", (1,), _project([*((c, c) for c in WINDOW), ("timestamp", "time"),
-                                                         *((c, c) for c in report)]),
-                      "window.start, window.end, timestamp_seconds(time) AS timestamp, " + ", ".join(report))
-        join = TwinOp(1, "StreamingSymmetricHashJoinExec", (left[0].id, right[0].id), _self_join("join", row),
-                      "Inner, (vehicle, window) = (a_vehicle, a_window)")
-        int32 = {c: "int32" for c in left_keep}
-        name = "LR1S" if slide_s else "LR1T"
-        return TwinProgram(
-            workload=name,
-            ops=(root, join, *left, *right),
-            input_schema=LR_SCHEMA,
-            output_schema=_timestamp_schema([
-                ("window_start", TIMESTAMP, True), ("window_end", TIMESTAMP, True),
-                ("timestamp", TIMESTAMP, True), *((c, pa.int32(), True) for c in report),
-            ]),
-            lateness_s=int(lr1.LATENESS_S),
-            ordered=False,
-            stores={"join": {"window_start": "int64", "window_end": "int64", **int32}},
-            timestamp_columns=("window_start", "window_end", "timestamp"),
-            description=f"{name}: each report joined with its vehicle's reports in 30 s windows"
-            + (f" sliding by {slide_s} s" if slide_s else " (tumbling)"),
-        )
-
-    return build
-
-
-#: workload name -> builder of its twin program
-TWIN_WORKLOADS: dict[str, Callable[[], TwinProgram]] = {
-    "LR2S": _lr2s,
-    "CM1S": _cm1(10),
-    "CM1T": _cm1(0),
-    "CM2S": _cm2s,
-    "LR1S": _lr1(5),
-    "LR1T": _lr1(0),
-}
-
-
-@lru_cache(maxsize=None)
+@cache
 def _build(name: str) -> TwinProgram:
-    return TWIN_WORKLOADS[name]()
+    from ..workloads import get_workload
+
+    return get_workload(name).twin()
 
 
-def twin_program(workload) -> Optional[TwinProgram]:
+def twin_program(workload) -> TwinProgram | None:
     """The twin program of a workload (a name or a Workload), or None when it has none.
+
+    The program is the registered workload's :attr:`~lmstream_kit.workloads.base.Workload.twin`,
+    built once per name.
 
     >>> twin_program("cm2s").workload, twin_program("PASSTHROUGH")
     ('CM2S', None)
     """
+    from ..workloads import WORKLOADS  # not at import time: the workload modules import this one
+
     name = str(getattr(workload, "name", workload)).upper()
-    if name not in TWIN_WORKLOADS:
+    if name not in WORKLOADS or WORKLOADS.get(name).twin is None:
         return None
     return _build(name)

@@ -1,10 +1,10 @@
-"""Workloads: one module per query; importing this package registers the built-ins.
+"""Workloads: one module per query, holding its Spark query and its twin program.
 
-Adding a workload is a matter of a new module that calls
-:func:`lmstream_kit.workloads.base.register` and an import line below.
+Importing this package registers the built-ins; adding a workload is a matter of a new module that
+calls :func:`~lmstream_kit.workloads.base.register` (or ``register_pair``) and an import line below.
 """
 
 from . import cm1, cm2s, lr1, lr2s, passthrough  # noqa: F401  (registers CM1S/T, CM2S, LR1S/T, LR2S, PASSTHROUGH)
-from .base import WORKLOADS, Workload, get_workload, register
+from .base import WORKLOADS, Workload, get_workload, register, register_pair
 
-__all__ = ["WORKLOADS", "Workload", "get_workload", "register"]
+__all__ = ["WORKLOADS", "Workload", "get_workload", "register", "register_pair"]

@@ -1,17 +1,29 @@
-"""What a workload declares: its input schema and generator, its window and its query."""
+"""What a workload declares: its input schema and generator, its window, its query and its twin.
+
+One module per query registers a :class:`Workload` (:func:`register`, or :func:`register_pair`
+for a sliding/tumbling pair) holding both its Spark query and its pandas/cudf twin program.
+
+>>> w = get_workload("CM1T")
+>>> w.window_kind, w.twin().workload, get_workload("CM1S").slide_s
+('tumbling', 'CM1T', 10)
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Mapping, Optional
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
 from ..exceptions import ConfigError
 from ..registry import Registry
 
+if TYPE_CHECKING:
+    from ..twin.program import TwinProgram
+
 #: name -> Workload; add a workload by registering it from a new module
-WORKLOADS: Registry["Workload"] = Registry("workload")
+WORKLOADS: Registry[Workload] = Registry("workload")
 
 
 @dataclass(frozen=True)
@@ -50,6 +62,11 @@ class Workload:
         ``query_for_slide(slide_s) -> build_query``: the same query over a window
         sliding by ``slide_s``; a sliding workload with one can change its slide
         (:meth:`with_slide`).
+    twin : callable, optional
+        ``twin() -> TwinProgram``: the query's twin program, the same query on
+        pandas/cudf operator by operator (:mod:`lmstream_kit.twin`; no Spark);
+        look it up with :func:`lmstream_kit.twin.twin_program`, which builds it
+        once.  None: the workload has no twin.
     """
 
     name: str
@@ -61,9 +78,10 @@ class Workload:
     slide_s: float
     output_mode: str = "append"
     checks: Mapping[str, tuple] = field(default_factory=dict)
-    time_column: Optional[str] = None
-    finish_batch: Optional[Callable[[Any], Any]] = None
-    query_for_slide: Optional[Callable[[float], Callable[[Any], Any]]] = None
+    time_column: str | None = None
+    finish_batch: Callable[[Any], Any] | None = None
+    query_for_slide: Callable[[float], Callable[[Any], Any]] | None = None
+    twin: Callable[[], TwinProgram] | None = None
 
     def __post_init__(self) -> None:
         if self.slide_s < 0:
@@ -97,7 +115,7 @@ class Workload:
             )
         return slide
 
-    def with_slide(self, slide_s: float) -> "Workload":
+    def with_slide(self, slide_s: float) -> Workload:
         """This workload with its window sliding by ``slide_s`` (simulated s), same range.
 
         >>> w = get_workload("LR2S").with_slide(5)
@@ -138,6 +156,46 @@ def time_window(range_s: float, slide_s: float):
 
 def register(workload: Workload) -> Workload:
     return WORKLOADS.register(workload.name, workload)
+
+
+def register_pair(
+    name: str,
+    *,
+    description: str,
+    window_range_s: float,
+    slide_s: float,
+    query_for_slide: Callable[[float], Callable[[Any], Any]],
+    twin_for_slide: Callable[[float], Callable[[], TwinProgram]] | None = None,
+    **fields: Any,
+) -> tuple[Workload, Workload]:
+    """Register ``name + "S"`` (window sliding by ``slide_s``) and ``name + "T"`` (tumbling, same range).
+
+    ``description`` is a format string whose ``{window}`` becomes ``a 30 s window
+    sliding by 5 s`` or ``a 30 s tumbling window``.  ``query_for_slide(slide)``
+    and ``twin_for_slide(slide)`` give the query and the twin for a slide (0:
+    tumbling); only the sliding workload can change its slide.  ``fields``: the
+    other :class:`Workload` fields, the same for both.  Returns ``(sliding, tumbling)``.
+    """
+    sliding = Workload(
+        name=f"{name}S",
+        description=description.format(window=f"a {window_range_s:g} s window sliding by {slide_s:g} s"),
+        build_query=query_for_slide(slide_s),
+        window_range_s=window_range_s,
+        slide_s=slide_s,
+        query_for_slide=query_for_slide,
+        twin=twin_for_slide(slide_s) if twin_for_slide else None,
+        **fields,
+    )
+    tumbling = Workload(
+        name=f"{name}T",
+        description=description.format(window=f"a {window_range_s:g} s tumbling window"),
+        build_query=query_for_slide(0),
+        window_range_s=window_range_s,
+        slide_s=0,
+        twin=twin_for_slide(0) if twin_for_slide else None,
+        **fields,
+    )
+    return register(sliding), register(tumbling)
 
 
 def get_workload(name: str) -> Workload:

@@ -1,5 +1,12 @@
 """CM1S and CM1T (Table III): Cluster Monitoring, total cpu request per category.
 
+The Spark query (:func:`_per_category`) and its pandas/cudf twin program (:func:`_twin_per_category`)
+of both windows, registered as a pair (:func:`~lmstream_kit.workloads.base.register_pair`).
+
+>>> from lmstream_kit.workloads import get_workload
+>>> [(w.name, w.slide_s, w.twin().ops[0].exec_name) for w in map(get_workload, ("CM1S", "CM1T"))]
+[('CM1S', 10, 'SortExec'), ('CM1T', 0, 'SortExec')]
+
 ``SELECT timestamp, category, SUM(cpu) AS totalCpu FROM TaskEvents
 [range 60 (slide 10)] GROUP BY category ORDER BY SUM(cpu)``
 
@@ -29,7 +36,12 @@ concatenating the files in batch order keeps ``window_end`` non-decreasing).
 
 from __future__ import annotations
 
-from .base import Workload, register, time_window, with_event_time
+from collections.abc import Callable
+
+import pyarrow as pa
+
+from ..twin.program import TIMESTAMP, WINDOW, TwinProgram, sort, timestamp_schema, windowed_aggregate
+from .base import register_pair, time_window, with_event_time
 from .cluster_monitoring import CM_CHECKS, CM_SCHEMA, make_task_events
 
 RANGE_S = 60
@@ -79,37 +91,52 @@ def order_batch(batch_df):
     )
 
 
-CM1S = register(
-    Workload(
-        name="CM1S",
-        description="Cluster Monitoring: total cpu request per category (scheduling class) "
-        f"over a {RANGE_S} s window sliding by {SLIDE_S} s, busiest category first",
-        schema=CM_SCHEMA,
-        make_rows=make_task_events,
-        build_query=_per_category(SLIDE_S),
-        window_range_s=RANGE_S,
-        slide_s=SLIDE_S,
-        output_mode="append",
-        checks=CM_CHECKS,
-        time_column="time",
-        finish_batch=order_batch,
-        query_for_slide=_per_category,
-    )
-)
+def _twin_per_category(slide_s: int) -> Callable[[], TwinProgram]:
+    """``build_twin`` of the sum per category over windows of RANGE_S sliding by ``slide_s`` (0: tumbling)."""
 
-CM1T = register(
-    Workload(
-        name="CM1T",
-        description="Cluster Monitoring: total cpu request per category (scheduling class) "
-        f"over a {RANGE_S} s tumbling window, busiest category first",
-        schema=CM_SCHEMA,
-        make_rows=make_task_events,
-        build_query=_per_category(0),
-        window_range_s=RANGE_S,
-        slide_s=0,
-        output_mode="append",
-        checks=CM_CHECKS,
-        time_column="time",
-        finish_batch=order_batch,
-    )
+    def build() -> TwinProgram:
+        key = CATEGORY
+        return windowed_aggregate(
+            workload="CM1S" if slide_s else "CM1T",
+            input_schema=CM_SCHEMA,
+            lateness_s=LATENESS_S,
+            range_s=RANGE_S,
+            slide_s=slide_s,
+            keys=[key],
+            key_dtypes={key: "int32"},
+            buffers=[("totalCpu", "cpu"), ("events", None)],
+            measures=["cpu"],
+            pre_filter=None,
+            final=[*((c, c) for c in WINDOW), ("category", key), ("totalCpu", "totalCpu"),
+                   ("events", "events")],
+            final_detail="totalCpu = sum(cpu), events = count(1)",
+            top=[("SortExec", sort(["window_end", "totalCpu", "category"], [True, False, True]),
+                  "window_end ASC, totalCpu DESC, category ASC")],
+            output_schema=timestamp_schema([
+                ("window_start", TIMESTAMP, True), ("window_end", TIMESTAMP, True),
+                ("category", pa.int32(), True), ("totalCpu", pa.float64(), True),
+                ("events", pa.int64(), False),
+            ]),
+            ordered=True,
+            description=f"CM1{'S' if slide_s else 'T'}: total cpu per category, 60 s windows"
+            + (f" sliding by {slide_s} s" if slide_s else " (tumbling)") + ", busiest first",
+        )
+
+    return build
+
+
+CM1S, CM1T = register_pair(
+    "CM1",
+    description="Cluster Monitoring: total cpu request per category (scheduling class) "
+    "over {window}, busiest category first",
+    window_range_s=RANGE_S,
+    slide_s=SLIDE_S,
+    query_for_slide=_per_category,
+    twin_for_slide=_twin_per_category,
+    schema=CM_SCHEMA,
+    make_rows=make_task_events,
+    output_mode="append",
+    checks=CM_CHECKS,
+    time_column="time",
+    finish_batch=order_batch,
 )

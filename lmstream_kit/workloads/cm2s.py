@@ -1,5 +1,12 @@
 """CM2S (Table III): Cluster Monitoring, average cpu request per job of scheduled tasks.
 
+The Spark query (:func:`build_query`) and its pandas/cudf twin program (:func:`build_twin`).
+
+>>> from lmstream_kit.workloads import get_workload
+>>> w = get_workload("CM2S")
+>>> w.slide_s, w.twin().workload, w.twin().ops[-2].detail
+(5, 'CM2S', 'event_type = 1')
+
 ``SELECT jobId, AVG(cpu) AS avgCpu FROM TaskEvents [range 60 slide 5]
 WHERE (eventType == 1) GROUP BY jobId``
 
@@ -9,6 +16,9 @@ window's rows are emitted once, when the watermark closes it.
 
 from __future__ import annotations
 
+import pyarrow as pa
+
+from ..twin.program import TIMESTAMP, WINDOW, TwinProgram, timestamp_schema, windowed_aggregate
 from .base import Workload, register, time_window, with_event_time
 from .cluster_monitoring import CM_CHECKS, CM_SCHEMA, make_task_events
 
@@ -49,6 +59,32 @@ def _job_cpu(stream, slide_s: float):
     )
 
 
+def build_twin() -> TwinProgram:
+    """The twin program of CM2S (:mod:`lmstream_kit.twin`): its windowed aggregation on pandas/cudf."""
+    return windowed_aggregate(
+        workload="CM2S",
+        input_schema=CM_SCHEMA,
+        lateness_s=LATENESS_S,
+        range_s=RANGE_S,
+        slide_s=SLIDE_S,
+        keys=["job_id"],
+        key_dtypes={"job_id": "int64"},
+        buffers=[("cpu_sum", "cpu"), ("tasks", None)],
+        measures=["cpu"],
+        pre_filter=("event_type", SCHEDULE),
+        final=[*((c, c) for c in WINDOW), ("job_id", "job_id"),
+               ("avgCpu", lambda f: f["cpu_sum"] / f["tasks"]), ("tasks", "tasks")],
+        final_detail="avgCpu = avg(cpu), tasks = count(1)",
+        top=[],
+        output_schema=timestamp_schema([
+            ("window_start", TIMESTAMP, True), ("window_end", TIMESTAMP, True), ("job_id", pa.int64(), True),
+            ("avgCpu", pa.float64(), True), ("tasks", pa.int64(), False),
+        ]),
+        ordered=False,
+        description="CM2S: avg cpu per job of SCHEDULE events, 60 s windows sliding by 5 s",
+    )
+
+
 CM2S = register(
     Workload(
         name="CM2S",
@@ -63,5 +99,6 @@ CM2S = register(
         checks=CM_CHECKS,
         time_column="time",
         query_for_slide=query_for_slide,
+        twin=build_twin,
     )
 )

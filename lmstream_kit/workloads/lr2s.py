@@ -1,5 +1,12 @@
 """LR2S (Table III): Linear Road segment speed over a sliding window.
 
+The Spark query (:func:`build_query`) and its pandas/cudf twin program (:func:`build_twin`).
+
+>>> from lmstream_kit.workloads import get_workload
+>>> w = get_workload("LR2S")
+>>> w.slide_s, w.twin().workload, w.twin().ops[1].detail
+(10, 'LR2S', 'avgSpeed < 40.0')
+
 ``SELECT timestamp, highway, direction, segment, AVG(speed) AS avgSpeed
 FROM SegSpeedStr [range 30 slide 10] GROUP BY highway, direction, segment
 HAVING avgSpeed < 40.0``
@@ -10,6 +17,17 @@ append mode: each window's rows are emitted once, when the watermark closes it.
 
 from __future__ import annotations
 
+import pyarrow as pa
+
+from ..twin.program import (
+    TIMESTAMP,
+    WINDOW,
+    TwinProgram,
+    filter_less,
+    project,
+    timestamp_schema,
+    windowed_aggregate,
+)
 from .base import Workload, register, time_window, with_event_time
 from .linear_road import LR_CHECKS, LR_SCHEMA, make_position_reports
 
@@ -52,6 +70,38 @@ def _segment_speed(stream, slide_s: float):
     )
 
 
+def build_twin() -> TwinProgram:
+    """The twin program of LR2S (:mod:`lmstream_kit.twin`): its windowed aggregation on pandas/cudf."""
+    keys = ["highway", "direction", "segment"]
+    return windowed_aggregate(
+        workload="LR2S",
+        input_schema=LR_SCHEMA,
+        lateness_s=LATENESS_S,
+        range_s=RANGE_S,
+        slide_s=SLIDE_S,
+        keys=keys,
+        key_dtypes={k: "int32" for k in keys},
+        buffers=[("speed_sum", "speed"), ("reports", None)],
+        measures=["speed"],
+        pre_filter=None,
+        final=[*((c, c) for c in (*WINDOW, *keys)),
+               ("avgSpeed", lambda f: f["speed_sum"] / f["reports"]), ("reports", "reports")],
+        final_detail="avgSpeed = avg(speed), reports = count(1)",
+        top=[
+            ("ProjectExec", project([("timestamp", "window_end"), *((k, k) for k in keys),
+                                     ("avgSpeed", "avgSpeed"), ("reports", "reports")]),
+             "window.end AS timestamp, highway, direction, segment, avgSpeed, reports"),
+            ("FilterExec", filter_less("avgSpeed", 40.0), "avgSpeed < 40.0"),
+        ],
+        output_schema=timestamp_schema([
+            ("timestamp", TIMESTAMP, True), ("highway", pa.int32(), True), ("direction", pa.int32(), True),
+            ("segment", pa.int32(), True), ("avgSpeed", pa.float64(), True), ("reports", pa.int64(), False),
+        ]),
+        ordered=False,
+        description="LR2S: avg speed per segment, 30 s windows sliding by 10 s, below 40 mph",
+    )
+
+
 LR2S = register(
     Workload(
         name="LR2S",
@@ -66,5 +116,6 @@ LR2S = register(
         checks=LR_CHECKS,
         time_column="time",
         query_for_slide=query_for_slide,
+        twin=build_twin,
     )
 )

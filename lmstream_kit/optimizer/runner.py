@@ -1,402 +1,63 @@
-"""Online inflection-point optimizer (LMStream Section III-E, Eq. 10), off the stream's thread.
+"""The inflection-point optimizer's live object: it runs the fits on one background thread.
 
-After every micro-batch the stream reports a :class:`BatchSample` through
-:meth:`InflectionOptimizer.observe`; right before the next batch is mapped it asks
-:meth:`InflectionOptimizer.next_inflection_point` for the value to give the
-:class:`~lmstream_kit.mapper.DeviceMapper`.  The regression runs on one background worker thread,
-so ``observe`` only appends to a bounded history and ``next_inflection_point`` only reads the
-newest finished proposal; a fit that is not done in time leaves the current value in place, and
-any time spent waiting for it is reported as *optimizer blocking* (Table IV's last row).  The
-paper's Equation 10 was lost in the text we work from; the model below keeps what the section
-states (regression on the per-batch history of inflection point, throughput and maximum latency;
-target throughput = best seen; target latency = the slide, or the mean for tumbling windows).
+:class:`InflectionOptimizer` takes a :class:`~.fit.BatchSample` after each batch and hands out the
+value to map the next one with, without waiting for a fit longer than asked.
 
-Model
------
-Work in ``x = log2(inflection point)`` and ``z = ln(batch bytes)``.  Over the window of recent
-non-empty batches, fit by OLS (statsmodels) one quadratic response for throughput and one for the
-maximum latency::
-
-    T(x, z) = a0 + a1 x + a2 x**2 + a3 z          L(x, z) = c0 + c1 x + c2 x**2 + c3 z
-
-(``z`` is left out when every batch has the same size, since it would duplicate the constant).
-The ``z`` term keeps batch-size variation from being mistaken for the inflection point's effect;
-both responses are predicted at the window's median ``z``.  The proposal minimises::
-
-    loss(x) = ((T* - T(x)) / T*)_+ ** 2  +  ((L(x) - L*) / L*)_+ ** 2
-
-over a grid of step 1/64 in ``x``, limited to the observed ``x`` range widened by ``max_step``
-(1 log2 unit: a trust region, since a quadratic says little far outside its data) and to
-``bounds``.  ``T*`` is the best throughput in the window; ``L*`` is ``target_latency_s`` (the
-window slide) or, when that is ``None`` (tumbling windows), the running mean of every observed
-maximum latency.  Grid points whose loss is within 1e-12 of the minimum are ties; among them the
-highest predicted ``T(x)`` wins, and what is still tied goes to the point nearest the current
-value.  (Where the fit reaches both targets, the loss is 0 on a whole interval: taking the point
-of it nearest the current value would only ever move as far as the best sample so far, so on a
-slope the optimizer would creep by the dither, ~0.1 log2 units a batch, instead of stepping up to
-``max_step`` past the data.)  When the fit is not identifiable (fewer than ``min_history``
-samples, an ``x`` range under :data:`MIN_X_RANGE`, a rank-deficient design, or a fit error) the
-current value is kept and the skip is counted by reason.
-
-Exploration
------------
-If every batch were mapped with the same ``x``, the ``x`` and ``x**2`` columns would be constant
-and the regression singular: the optimizer could never learn which way to move.  So the value
-applied to each batch is the proposal times ``2 ** u``, with ``u`` uniform in
-``[-exploration, +exploration]`` (default 0.25 log2 units, i.e. about -16 % .. +19 %), clipped to
-``bounds``.  ``u`` is a hash of ``(seed, batch_id)``, so a run is reproducible whatever the
-thread timing.  ``exploration=0`` disables the dither (and with it, after the first batches, the
-fits: they are skipped as "x range").  A frozen optimizer does not dither.
-
-Examples
---------
->>> opt = InflectionOptimizer(initial=64 * 1024, exploration=0.0, background=False)
->>> opt.next_inflection_point(0)
-65536.0
->>> opt.observe(BatchSample(0, 65536.0, rows=1000, nbytes=10**6, throughput_rows_s=5e4,
-...                         max_latency_s=0.8))
->>> opt.snapshot()["skip_reasons"]
-{'too few samples': 1}
+Example
+-------
+>>> opt = InflectionOptimizer(initial=256 * 1024, background=False)
+>>> opt.freeze()
+>>> opt.next_inflection_point(0), opt.frozen     # frozen: the value itself, without dither
+(262144.0, True)
+>>> [(c["param"], c["value"]) for c in opt.pop_changes()]
+[('frozen', True)]
 """
 
 from __future__ import annotations
 
-import math
-import numbers
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable
 from typing import Any
 
-import numpy as np
+from ..exceptions import ConfigError
+from ..protocol import BATCH, Param, Tunable
+from .fit import (
+    BatchSample,
+    FitResult,
+    _check_bounds,
+    _check_exploration,
+    _check_int,
+    _check_target_latency,
+    _is_int,
+    _is_real,
+    _positive,
+    dither,
+)
 
-from .exceptions import ConfigError
+__all__ = ["InflectionOptimizer"]
 
-__all__ = [
-    "GRID_STEP",
-    "MIN_X_RANGE",
-    "BatchSample",
-    "FitResult",
-    "InflectionOptimizer",
-    "dither",
-    "fit_proposal",
-]
-
-#: Resolution of the search grid, in log2 units (1/64: about 1.1 % of the inflection point).
-GRID_STEP = 1.0 / 64.0
-#: Smallest spread (max - min) of ``log2(inflection point)`` in the window that a fit accepts.
-MIN_X_RANGE = 0.1
-#: Loss values within this of the minimum are ties (broken toward the current value).
-TIE_TOLERANCE = 1e-12
-_MAX_EXPLORATION = 2.0
 _MAX_WINDOW = 100_000
-_MASK64 = (1 << 64) - 1
 
 
-# ---------------------------------------------------------------------------
-# value types
-# ---------------------------------------------------------------------------
+def _package_fit() -> Callable[..., FitResult]:
+    """``lmstream_kit.optimizer.fit_proposal``, looked up at each call (a replaced one is used)."""
+    from .. import optimizer
+
+    return optimizer.fit_proposal
 
 
-def _is_int(value: Any) -> bool:
-    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
-
-
-def _is_real(value: Any) -> bool:
-    return isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
-
-
-@dataclass(frozen=True)
-class BatchSample:
-    """What the stream reports after a micro-batch: the value it was mapped with and how it ran.
-
-    Parameters
-    ----------
-    batch_id
-        The micro-batch id.
-    inflection_point
-        Bytes (> 0): the inflection point the batch was mapped with.
-    rows, nbytes
-        Rows and bytes of the batch (>= 0); a batch with 0 rows is not used by the fits.
-    throughput_rows_s
-        Average throughput of the batch in rows per second (>= 0).
-    max_latency_s
-        Maximum end-to-end latency of a dataset of the batch, in seconds (>= 0).
-
-    Raises
-    ------
-    ConfigError
-        When a field has the wrong type or an out-of-range value (the message names it).
-    """
-
-    batch_id: int
-    inflection_point: float
-    rows: int
-    nbytes: int
-    throughput_rows_s: float
-    max_latency_s: float
-
-    def __post_init__(self) -> None:
-        for name in ("batch_id", "rows", "nbytes"):
-            value = getattr(self, name)
-            if not _is_int(value) or (name != "batch_id" and value < 0):
-                bound = "an integer" if name == "batch_id" else "an integer >= 0"
-                raise ConfigError(f"BatchSample.{name} must be {bound}, got {value!r}")
-        if not _is_real(self.inflection_point) or self.inflection_point <= 0:
-            raise ConfigError(
-                f"BatchSample.inflection_point must be a finite number > 0, got {self.inflection_point!r}"
-            )
-        for name in ("throughput_rows_s", "max_latency_s"):
-            value = getattr(self, name)
-            if not _is_real(value) or value < 0:
-                raise ConfigError(f"BatchSample.{name} must be a finite number >= 0, got {value!r}")
-
-
-@dataclass(frozen=True)
-class FitResult:
-    """Outcome of one fit: a proposal in bytes, or ``None`` with the reason it was skipped.
-
-    ``coefficients`` maps ``"throughput"`` and ``"latency"`` to ``{"const", "x", "x2"[, "z"]}``
-    in the module's formulas (``x`` = log2 bytes, ``z`` = ln batch bytes); ``r2`` likewise (``None``
-    for a response that did not vary).
-    """
-
-    proposal: float | None
-    reason: str
-    n: int
-    batch_id: int | None = None
-    coefficients: dict = field(default_factory=dict)
-    r2: dict = field(default_factory=dict)
-    target_throughput: float | None = None
-    target_latency: float | None = None
-    x_range: tuple[float, float] | None = None
-    loss: float | None = None
-
-    @property
-    def ok(self) -> bool:
-        """Whether the fit produced a proposal."""
-        return self.proposal is not None
-
-    def to_dict(self) -> dict:
-        """A JSON-ready dict (for a snapshot or a metrics record)."""
-        out = asdict(self)
-        out["ok"] = self.ok
-        if self.x_range is not None:
-            out["x_range"] = list(self.x_range)
-        return out
-
-
-# ---------------------------------------------------------------------------
-# the model (pure functions; the worker thread calls fit_proposal)
-# ---------------------------------------------------------------------------
-
-
-def _mix64(z: int) -> int:
-    # splitmix64 finaliser: a fixed, platform-independent hash
-    z = (z + 0x9E3779B97F4A7C15) & _MASK64
-    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
-    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK64
-    return z ^ (z >> 31)
-
-
-def dither(seed: int, batch_id: int, exploration: float) -> float:
-    """The exploration offset, in log2 units, for one batch: uniform in ``[-exploration, +exploration]``.
-
-    A hash of ``(seed, batch_id)``, so it does not depend on how many calls came before.
-
-    Examples
-    --------
-    >>> dither(0, 7, 0.25) == dither(0, 7, 0.25), abs(dither(0, 7, 0.25)) <= 0.25, dither(0, 7, 0.0)
-    (True, True, 0.0)
-    """
-    if exploration == 0:
-        return 0.0
-    u = (_mix64(_mix64(seed & _MASK64) ^ (batch_id & _MASK64)) >> 11) / float(1 << 53)
-    return exploration * (2.0 * u - 1.0)
-
-
-def _ols(y: np.ndarray, design: np.ndarray):
-    import statsmodels.api as sm  # lazy: importing this module stays cheap
-
-    return sm.OLS(y, design).fit()
-
-
-def fit_proposal(
-    history: Sequence[BatchSample],
-    *,
-    current: float,
-    bounds: tuple[float, float],
-    target_latency_s: float | None,
-    min_history: int = 6,
-    max_step: float = 1.0,
-) -> FitResult:
-    """Fit the module's two quadratic responses on ``history`` and propose an inflection point.
-
-    Parameters
-    ----------
-    history
-        The window of samples (empty batches are ignored).
-    current
-        The inflection point in effect (bytes); ties are broken toward it.
-    bounds
-        ``(low, high)`` bytes the proposal must stay within.
-    target_latency_s
-        ``L*`` in seconds; ``None`` or 0 drops the latency term.
-    min_history
-        Fewer usable samples than this: no fit.
-    max_step
-        How far (log2 units) beyond the observed range the proposal may go.
-
-    Returns
-    -------
-    FitResult
-        ``proposal`` is ``None`` when the fit was not identifiable; ``reason`` says why.
-    """
-    samples = [s for s in history if s.rows > 0]
-    n = len(samples)
-    last_id = samples[-1].batch_id if samples else None
-    if n < min_history:
-        return FitResult(None, "too few samples", n, last_id)
-    x = np.log2([s.inflection_point for s in samples])
-    z = np.log([max(s.nbytes, 1) for s in samples])
-    tput = np.array([s.throughput_rows_s for s in samples], dtype=float)
-    lat = np.array([s.max_latency_s for s in samples], dtype=float)
-    x_lo, x_hi = float(x.min()), float(x.max())
-    if x_hi - x_lo < MIN_X_RANGE:
-        return FitResult(None, "x range", n, last_id, x_range=(x_lo, x_hi))
-    t_star = float(tput.max())
-    if t_star <= 0:
-        return FitResult(None, "no throughput", n, last_id, x_range=(x_lo, x_hi))
-
-    # centred and scaled columns keep the design well conditioned; coefficients are
-    # converted back to the formulas' raw x and z for the report
-    xm = float(x.mean())
-    xc = x - xm
-    use_z = float(z.max() - z.min()) > 1e-9
-    zm = float(z.mean())
-    cols = [np.ones(n), xc, xc**2]
-    names = ["const", "x", "x2"]
-    if use_z:
-        cols.append(z - zm)
-        names.append("z")
-    design = np.column_stack(cols)
-    scale = np.abs(design).max(axis=0)
-    if np.linalg.matrix_rank(design / scale) < design.shape[1] or n <= design.shape[1]:
-        return FitResult(None, "singular", n, last_id, x_range=(x_lo, x_hi))
-    try:
-        fit_t = _ols(tput, design)
-        fit_l = _ols(lat, design)
-        bt, bl = np.asarray(fit_t.params, dtype=float), np.asarray(fit_l.params, dtype=float)
-        if not (np.all(np.isfinite(bt)) and np.all(np.isfinite(bl))):
-            raise FloatingPointError("non-finite coefficients")
-        # a constant response (e.g. a latency that never changed) has no r2
-        r2 = {name: (float(f.rsquared) if float(f.centered_tss) > 0 else None)
-              for name, f in (("throughput", fit_t), ("latency", fit_l))}
-    except Exception as exc:  # noqa: BLE001 - any fit failure keeps the current value
-        return FitResult(None, f"error: {type(exc).__name__}: {exc}", n, last_id, x_range=(x_lo, x_hi))
-
-    log_lo, log_hi = math.log2(bounds[0]), math.log2(bounds[1])
-    g_lo = max(x_lo - max_step, log_lo)
-    g_hi = min(x_hi + max_step, log_hi)
-    k_lo, k_hi = math.ceil(g_lo / GRID_STEP - 1e-9), math.floor(g_hi / GRID_STEP + 1e-9)
-    if k_hi < k_lo:
-        return FitResult(None, "outside bounds", n, last_id, x_range=(x_lo, x_hi))
-    grid = np.arange(k_lo, k_hi + 1) * GRID_STEP
-    gc = grid - xm
-    z_med = float(np.median(z)) - zm if use_z else 0.0
-
-    def predict(b: np.ndarray) -> np.ndarray:
-        y = b[0] + b[1] * gc + b[2] * gc**2
-        return y + b[3] * z_med if use_z else y
-
-    t_hat = predict(bt)
-    shortfall = np.clip((t_star - t_hat) / t_star, 0.0, None)
-    loss = shortfall**2
-    if target_latency_s:
-        excess = np.clip((predict(bl) - target_latency_s) / target_latency_s, 0.0, None)
-        loss = loss + excess**2
-    best = float(loss.min())
-    ties = np.flatnonzero(loss <= best + TIE_TOLERANCE)
-    # Where the fit reaches both targets the loss is 0 on a whole interval; take the highest
-    # predicted throughput there, else the optimizer would only creep by the dither.
-    t_ties = t_hat[ties]
-    ties = ties[t_ties >= t_ties.max() - TIE_TOLERANCE * t_star]
-    x_cur = math.log2(current)
-    pick = int(ties[np.argmin(np.abs(grid[ties] - x_cur))])
-    proposal = float(min(max(2.0 ** float(grid[pick]), bounds[0]), bounds[1]))
-
-    def raw(b: np.ndarray) -> dict:
-        # y = b0 + b1 (x - xm) + b2 (x - xm)^2 + b3 (z - zm), expanded
-        out = {
-            "const": float(b[0] - b[1] * xm + b[2] * xm * xm - (b[3] * zm if use_z else 0.0)),
-            "x": float(b[1] - 2.0 * b[2] * xm),
-            "x2": float(b[2]),
-        }
-        if use_z:
-            out["z"] = float(b[3])
-        return out
-
-    return FitResult(
-        proposal,
-        "ok",
-        n,
-        last_id,
-        coefficients={"throughput": raw(bt), "latency": raw(bl)},
-        r2=r2,
-        target_throughput=t_star,
-        target_latency=target_latency_s,
-        x_range=(x_lo, x_hi),
-        loss=best,
-    )
-
-
-# ---------------------------------------------------------------------------
-# validation
-# ---------------------------------------------------------------------------
-
-
-def _positive(name: str, value: Any) -> float:
-    if not _is_real(value) or value <= 0:
-        raise ConfigError(f"{name} must be a finite number > 0, got {value!r}")
-    return float(value)
-
-
-def _check_bounds(value: Any) -> tuple[float, float]:
-    ok = isinstance(value, (tuple, list)) and len(value) == 2 and all(_is_real(v) for v in value)
-    if not ok or not 0 < value[0] < value[1]:
-        raise ConfigError(f"bounds must be (low, high) bytes with 0 < low < high, got {value!r}")
-    return float(value[0]), float(value[1])
-
-
-def _check_exploration(value: Any) -> float:
-    if not _is_real(value) or not 0 <= value <= _MAX_EXPLORATION:
-        raise ConfigError(
-            f"exploration must be a number of log2 units in [0, {_MAX_EXPLORATION:g}], got {value!r}"
-        )
-    return float(value)
-
-
-def _check_target_latency(value: Any) -> float | None:
-    if value is None:
-        return None
-    return _positive("target_latency_s", value)
-
-
-def _check_int(name: str, value: Any, low: int, high: int) -> int:
-    if not _is_int(value) or not low <= value <= high:
-        raise ConfigError(f"{name} must be an integer in [{low}, {high}], got {value!r}")
-    return int(value)
-
-
-# ---------------------------------------------------------------------------
-# the live object
-# ---------------------------------------------------------------------------
-
-
-class InflectionOptimizer:
+class InflectionOptimizer(Tunable):
     """Re-tunes the device mapper's inflection point after every micro-batch, in the background.
+
+    After every micro-batch the stream reports a :class:`BatchSample` through :meth:`observe`; right
+    before the next batch is mapped it asks :meth:`next_inflection_point` for the value to give the
+    :class:`~lmstream_kit.mapper.DeviceMapper`.  The regression (:func:`~.fit.fit_proposal`) runs on
+    one background worker thread, so ``observe`` only appends to a bounded history and
+    ``next_inflection_point`` only reads the newest finished proposal; a fit that is not done in
+    time leaves the current value in place, and any time spent waiting for it is reported as
+    *optimizer blocking* (Table IV's last row).
 
     Parameters
     ----------
@@ -407,7 +68,7 @@ class InflectionOptimizer:
     min_history
         Usable batches needed before a fit (>= 5: the model has up to 4 coefficients).
     exploration
-        Half-width of the dither, in log2 units, in ``[0, 2]`` (see the module docstring); 0
+        Half-width of the dither, in log2 units, in ``[0, 2]`` (see :func:`~.fit.dither`); 0
         disables it.
     bounds
         ``(low, high)`` bytes: every value returned stays within them.
@@ -422,7 +83,8 @@ class InflectionOptimizer:
     max_step
         How far (log2 units) past the observed range a proposal may go.
     fit
-        The fit function (default: the module's :func:`fit_proposal`, looked up at each call).
+        The fit function (default: ``lmstream_kit.optimizer.fit_proposal``, looked up at each
+        call).
     mapper
         Optional object with ``set_inflection_point(nbytes)`` (a ``DeviceMapper``): each value
         returned by :meth:`next_inflection_point` is also set on it.
@@ -459,6 +121,14 @@ class InflectionOptimizer:
     >>> [(c["param"], c["value"]) for c in opt.pop_changes()]
     [('inflection_point', 262144.0), ('frozen', True)]
     """
+
+    prefix = ""  # its changes keep their plain names (``frozen``, ``window``, ...)
+    change_phase = BATCH  # read when each batch is placed
+    PARAMS = (
+        Param("frozen", bool, doc="hold the current inflection point (no proposals)"),
+        Param("window", int, low=1, doc="batches the regression fits"),
+        Param("exploration", float, low=0, doc="dither half-width, log2 units"),
+    )
 
     def __init__(
         self,
@@ -497,6 +167,7 @@ class InflectionOptimizer:
             raise ConfigError(f"mapper must have a set_inflection_point method, got {mapper!r}")
         self._mapper = mapper
 
+        super().__init__()
         self._lock = threading.Lock()
         self._work = threading.Condition(self._lock)  # the worker waits on it
         self._done = threading.Condition(self._lock)  # next_inflection_point waits on it
@@ -532,6 +203,16 @@ class InflectionOptimizer:
 
     def _record(self, param: str, value: Any) -> None:
         self._changes.append({"param": param, "value": value, "at": time.time()})
+        self.log_change(param, value)
+
+    def _apply_frozen(self, value: bool) -> None:
+        self.freeze() if value else self.release()
+
+    def _apply_window(self, value: int) -> None:
+        self.set_window(value)
+
+    def _apply_exploration(self, value: float) -> None:
+        self.set_exploration(value)
 
     def _fit_args(self) -> tuple[list[BatchSample], dict, int, int]:
         kwargs = {
@@ -544,7 +225,7 @@ class InflectionOptimizer:
         return list(self._history), kwargs, self._n_requested, self._epoch
 
     def _run_fit(self, history: list[BatchSample], kwargs: dict) -> FitResult:
-        fn = self._fit_fn if self._fit_fn is not None else fit_proposal
+        fn = self._fit_fn if self._fit_fn is not None else _package_fit()
         try:
             return fn(history, **kwargs)
         except Exception as exc:  # noqa: BLE001 - a failed fit keeps the current value
@@ -690,7 +371,7 @@ class InflectionOptimizer:
         """Whether proposals are held back (after :meth:`freeze` or :meth:`set_inflection_point`)."""
         return self._frozen
 
-    def set_inflection_point(self, nbytes: float) -> None:
+    def set_inflection_point(self, nbytes: float, *, record: bool = True) -> None:
         """Set the value by hand (bytes, within ``bounds``); this freezes the optimizer.
 
         The value is used, without dither, until :meth:`release`; optimising then resumes from it.
@@ -702,7 +383,8 @@ class InflectionOptimizer:
         with self._lock:
             self._center = value
             self._proposal = None
-            self._record("inflection_point", value)
+            if record:  # False: the caller records the value (the stream: the mapper's change)
+                self._record("inflection_point", value)
             if not self._frozen:
                 self._frozen = True
                 self._record("frozen", True)
@@ -838,3 +520,4 @@ class InflectionOptimizer:
             f"InflectionOptimizer({state}, inflection_point={self._applied:.0f}, "
             f"window={self._window}, exploration={self._exploration:g}, fits_run={self._fits_run})"
         )
+

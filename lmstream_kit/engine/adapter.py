@@ -1,0 +1,190 @@
+"""SparkEngine: the one object the run loop, bench and notebooks use to reach Spark.
+
+It owns the session, one streaming query at a time (start, restart, stop), the
+progress listener, the foreachBatch sink and the batch's session (confs, plan).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+__all__ = ["EngineBatch", "SparkEngine"]
+
+
+class EngineBatch:
+    """One micro-batch inside foreachBatch: write its result, place its confs, read its plan."""
+
+    def __init__(self, engine: SparkEngine, batch_df, batch_id: int) -> None:
+        self.engine = engine
+        self.batch_id = int(batch_id)
+        self._df = batch_df
+
+    @property
+    def session(self):
+        """The query's cloned session (the same clone for every batch of one query run)."""
+        return self._df.sparkSession
+
+    def write(self, output_dir: Path | None, finish: Callable | None = None) -> int:
+        """Run the batch's query once and write its result; the output row count (-1 for noop)."""
+        from .stream import write_output
+
+        return write_output(finish(self._df) if finish else self._df, output_dir, self.batch_id)
+
+    def apply_confs(self, confs: Mapping[str, str], applied: Mapping[str, str]) -> dict:
+        """Set the confs that differ from ``applied`` on the batch's session; the confs now in force."""
+        from .rapids import apply_confs
+
+        return apply_confs(self.session, dict(confs), dict(applied))
+
+
+class SparkEngine:
+    """A SparkSession (built here, or the caller's) and the streaming query it runs.
+
+    Parameters
+    ----------
+    master : str
+        ``local[N]`` or ``spark://host:port``; used when ``spark`` is None.
+    spark : SparkSession, optional
+        Use this session (it is then not stopped by :meth:`close`).
+    conf : mapping, optional
+        Extra Spark confs for a session built here.
+    """
+
+    def __init__(self, *, master: str = "local[2]", spark=None, conf: Mapping[str, str] | None = None,
+                 app_name: str = "lmstream_kit") -> None:
+        self._requested_master = master
+        self._app_name = app_name
+        self._conf = dict(conf or {})
+        self._external = spark is not None
+        self.spark = spark
+        self.query = None
+        self._listener = None
+        self._batch_session = None
+
+    # -- the session ---------------------------------------------------------------------------
+    def open(self) -> SparkEngine:
+        """Start (or adopt) the session and register the kit's source in it."""
+        from .session import build_session, register_source
+
+        if self.spark is None:
+            self.spark = build_session(master=self._requested_master, conf=self._conf, app_name=self._app_name)
+        else:
+            register_source(self.spark)
+        return self
+
+    @property
+    def external(self) -> bool:
+        """Whether the session is the caller's (not stopped here)."""
+        return self._external
+
+    @property
+    def master(self) -> str:
+        return self.spark.sparkContext.master if self.spark is not None else self._requested_master
+
+    @property
+    def is_local(self) -> bool:
+        return self.master.startswith("local")
+
+    def spark_version(self) -> str:
+        from .session import spark_version
+
+        return spark_version()
+
+    def java_version(self) -> str | None:
+        from .session import java_version
+
+        return java_version(self.spark)
+
+    def driver_pid(self) -> int | None:
+        from .procs import driver_jvm_pid
+
+        return driver_jvm_pid(self.spark)
+
+    def rapids_loaded(self) -> bool:
+        """Whether the RAPIDS Accelerator plugin is loaded in this session."""
+        from .rapids import plugin_loaded
+
+        return plugin_loaded(self.spark)
+
+    # -- the query -----------------------------------------------------------------------------
+    def listen(self, on_progress: Callable[[dict], None]) -> None:
+        """Send each batch's Spark progress (flattened) of the current query to ``on_progress``."""
+        from .listener import ProgressListener
+
+        self._listener = ProgressListener(on_progress)
+        self.spark.streams.addListener(self._listener)
+
+    def start(self, *, workload, trigger_s: float, source_options: Mapping[str, Any],
+              on_batch: Callable[[EngineBatch], None], checkpoint: Path, name: str) -> None:
+        """Start ``workload``'s query over the kit's source, with ``on_batch`` as its sink."""
+        from .stream import start_query
+
+        def sink(batch_df, batch_id):
+            if self._batch_session is None:
+                self._batch_session = batch_df.sparkSession
+            on_batch(EngineBatch(self, batch_df, batch_id))
+
+        self._batch_session = None
+        self.query = start_query(self.spark, workload=workload, trigger_s=trigger_s,
+                                 source_options=dict(source_options), on_batch=sink,
+                                 checkpoint=checkpoint, name=name)
+        if self._listener is not None:
+            self._listener.query_id = str(self.query.id)
+
+    def has_batch_session(self) -> bool:
+        """Whether a batch of the current query ran, so its session can take confs."""
+        return self._batch_session is not None
+
+    def apply_session_confs(self, confs: Mapping[str, str], applied: Mapping[str, str]) -> dict:
+        """Set confs on the running query's session (between batches); the confs now in force."""
+        from .rapids import apply_confs
+
+        return apply_confs(self._batch_session, dict(confs), dict(applied))
+
+    def stop_query(self, *, is_idle: Callable[[], bool]) -> None:
+        """Stop the query between batches (see :func:`~lmstream_kit.engine.stream.stop_query`)."""
+        from .stream import stop_query
+
+        if self.query is not None:
+            stop_query(self.query, is_idle=is_idle)
+
+    @property
+    def is_active(self) -> bool:
+        return self.query is not None and self.query.isActive
+
+    def query_error(self) -> str | None:
+        """The stopped query's error, as text (None if it stopped without one)."""
+        exc = self.query.exception() if self.query is not None else None
+        return str(exc) if exc else None
+
+    def streaming_plan(self):
+        """The current query's operator DAG (:class:`~lmstream_kit.mapper.PlanDag`)."""
+        from .plan import streaming_plan_dag
+
+        return streaming_plan_dag(self.query)
+
+    def checkpoint_offsets(self, checkpoint: Path) -> tuple[int | None, int | None]:
+        from .stream import checkpoint_offsets
+
+        return checkpoint_offsets(checkpoint)
+
+    # -- closing -------------------------------------------------------------------------------
+    def remove_listener(self) -> None:
+        if self.spark is not None and self._listener is not None:
+            try:
+                self.spark.streams.removeListener(self._listener)
+            except Exception:
+                pass
+            self._listener = None
+
+    def close(self) -> None:
+        """Stop the listener, and the session when it was built here."""
+        self.remove_listener()
+        if not self._external and self.spark is not None:
+            try:
+                self.spark.stop()
+            except Exception:
+                pass
+            self.spark = None

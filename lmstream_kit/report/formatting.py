@@ -1,0 +1,210 @@
+"""Formatting shared by the HTML and Markdown reports: cell formatters and the tables as shown.
+
+Every formatter turns a missing or non-numeric value into "–".
+
+>>> [_fmt_seconds(v) for v in (0.3, 12.5, 12345.6, None)], _fmt_ratio(1.737), _fmt_percent_of_one(0.5)
+(['0.300', '12.5', '12,346', '–'], '1.74×', '50.0%')
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from .common import TIME_COMPONENTS, _empty, _keys, _mean_over_reps, _num
+
+
+def _fmt_seconds(x: Any) -> str:
+    """Three significant digits (``0.300``, ``12.5``), thousands without decimals."""
+    v = _num(x)
+    if not math.isfinite(v):
+        return "–"
+    return f"{v:,.0f}" if abs(v) >= 999.5 else f"{v:#.3g}".rstrip(".")
+
+
+def _fmt_percent_of_one(x: Any) -> str:
+    v = _num(x)
+    return f"{v * 100:.1f}%" if math.isfinite(v) else "–"
+
+
+def _fmt_percent(x: Any) -> str:
+    v = _num(x)
+    return f"{v:.1f}%" if math.isfinite(v) else "–"
+
+
+def _fmt_count(x: Any) -> str:
+    v = _num(x)
+    return f"{v:,.0f}" if math.isfinite(v) else "–"
+
+
+def _fmt_ratio(x: Any) -> str:
+    v = _num(x)
+    return f"{v:.2f}×" if math.isfinite(v) else "–"
+
+
+def _fmt_general(x: Any) -> str:
+    if x is None or x is pd.NA:
+        return "–"
+    if isinstance(x, (bool, np.bool_)):
+        return "yes" if x else "no"
+    if isinstance(x, (float, np.floating)):
+        if math.isnan(x):
+            return "–"
+        return f"{x:,.0f}" if abs(x) >= 1000 else f"{x:.4g}"
+    return str(x)
+
+
+def _fmt_bool(x: Any) -> str:
+    if x is None or x is pd.NA or (isinstance(x, float) and math.isnan(x)):
+        return "–"
+    return "yes" if bool(x) else "no"
+
+
+def _fmt_verdict(x: Any) -> str:
+    if x is None or x is pd.NA or (isinstance(x, float) and math.isnan(x)):
+        return "not measured"
+    return "agrees" if bool(x) else "differs"
+
+
+def _display(df: pd.DataFrame, formats: Mapping[str, Callable[[Any], str]]) -> pd.DataFrame:
+    """A copy of ``df`` as strings, each column through its formatter (general otherwise)."""
+    out = pd.DataFrame(index=range(len(df)))
+    for col in df.columns:
+        fmt = formats.get(col, _fmt_general)
+        out[str(col)] = [fmt(v) for v in df[col].tolist()]
+    return out
+
+
+def _claims_display(table: pd.DataFrame) -> pd.DataFrame:
+    shown = table[["claim", "paper", "ours", "where", "agrees"]]
+    return _display(shown, {"agrees": _fmt_verdict, "where": lambda w: str(w) if w else "–"})
+
+
+_SUMMARY_HEADERS = {
+    "window_kind": "window",
+    "rate": "rate (rows/sim s)",
+    "avg_latency_s": "avg latency (s)",
+    "p95_max_latency_s": "p95 max latency (s)",
+    "max_latency_s": "max latency (s)",
+    "bound_s": "bound (s)",
+    "within_bound": "within bound",
+    "throughput_rows_s": "throughput (rows/s)",
+    "sustained_rows_s": "sustained (rows/s)",
+}
+
+
+def _cell_summary(results: pd.DataFrame) -> pd.DataFrame:
+    """Per-query latency and throughput per policy (means over repetitions)."""
+    values = [
+        "avg_latency_s", "p95_max_latency_s", "max_latency_s", "bound_s", "within_bound",
+        "throughput_rows_s", "sustained_rows_s",
+    ]
+    if _empty(results) or not {"query", "policy"} <= set(results.columns):
+        return pd.DataFrame()
+    agg = _mean_over_reps(results, values, ("query", "window_kind", "traffic", "rate", "policy"))
+    keys = _keys(agg, ("query", "window_kind", "traffic", "rate", "policy"))
+    return agg[keys + [v for v in values if v in agg.columns] + ["reps"]]
+
+
+_SUMMARY_FORMATS: dict = {
+    "rate": _fmt_count,
+    "avg_latency_s": _fmt_seconds,
+    "p95_max_latency_s": _fmt_seconds,
+    "max_latency_s": _fmt_seconds,
+    "bound_s": _fmt_seconds,
+    "within_bound": _fmt_percent_of_one,
+    "throughput_rows_s": _fmt_count,
+    "sustained_rows_s": _fmt_count,
+    "reps": _fmt_count,
+}
+_SHARE_FORMATS: dict = {
+    **{label: _fmt_percent for label in TIME_COMPONENTS.values()},
+    "overhead": _fmt_percent,
+    "total": _fmt_percent,
+    "total_s": _fmt_seconds,
+}
+_CPU_FORMATS: dict = {
+    "rate": _fmt_count,
+    "reps": _fmt_count,
+    "cpu_s_per_mrows": _fmt_seconds,
+    "jvm_s_per_mrows": _fmt_seconds,
+    "workers_s_per_mrows": _fmt_seconds,
+    "kit_s_per_mrows": _fmt_seconds,
+    "cpu_total_s": _fmt_seconds,
+    "vs_asap": _fmt_ratio,
+    "cheaper_than_asap": _fmt_bool,
+}
+
+
+def _capacity_formats(table: pd.DataFrame) -> dict:
+    formats: dict = {}
+    for col in table.columns:
+        if col.startswith(("capacity_", "probes_")):
+            formats[col] = _fmt_count
+        elif "/" in col:
+            formats[col] = _fmt_ratio
+    return formats
+
+
+def _table4_display(shares: pd.DataFrame) -> pd.DataFrame:
+    """Table IV laid out as in the paper: components as rows, queries as columns."""
+    shown = _display(shares, _SHARE_FORMATS).set_index("query")
+    shown = shown[[*TIME_COMPONENTS.values(), "overhead", "total"]].T
+    shown.index.name = "share (%)"
+    return shown.reset_index()
+
+
+def _meta_items(meta: Mapping | None) -> list:
+    """(label, text) pairs describing the run, in reading order."""
+    meta = dict(meta or {})
+    machine = meta.get("machine") or {}
+    if not isinstance(machine, Mapping):
+        machine = {"cpu": machine}
+
+    def get(mapping: Mapping, key: str) -> str:
+        value = mapping.get(key)
+        if value is None or value == "":
+            return "–"
+        if isinstance(value, (list, tuple)):
+            return ", ".join(str(v) for v in value) or "–"
+        return str(value)
+
+    memory = _num(machine.get("memory_gib"))
+    machine_text = "; ".join(
+        [
+            get(machine, "cpu"),
+            f"{get(machine, 'cores')} cores",
+            f"{memory:.1f} GiB" if math.isfinite(memory) else "– GiB",
+            get(machine, "os"),
+        ]
+    )
+    speedup = _num(meta.get("speedup"))
+    if math.isfinite(speedup) and speedup > 0:
+        compression = (
+            f"{speedup:g}× (one wall second stands for {speedup:g} simulated seconds; latencies and "
+            "bounds are in wall seconds, a bound being the slide or range divided by the speedup)"
+        )
+    else:
+        compression = "–"
+    versions = (
+        f"Python {get(meta, 'python')}, Spark {get(meta, 'spark_version')}, "
+        f"Java {get(meta, 'java_version')}, lmstream_kit {get(meta, 'kit_version')}"
+    )
+    return [
+        ("machine", machine_text),
+        ("versions", versions),
+        ("Spark master", get(meta, "master")),
+        ("time compression", compression),
+        ("simulated duration per cell", f"{get(meta, 'duration_s')} s"),
+        ("repetitions", get(meta, "repeat")),
+        ("offered rate", f"{get(meta, 'rate')} rows per simulated s"),
+        ("queries", get(meta, "queries")),
+        ("policies", get(meta, "policies")),
+        ("traffic", get(meta, "traffic")),
+        ("started", get(meta, "started_at")),
+        ("finished", get(meta, "finished_at")),
+    ]

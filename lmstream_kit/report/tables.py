@@ -1,0 +1,208 @@
+"""The bench report's tables: Table IV time shares, CPU per million rows and the capacity search.
+
+Each is a pure function of the benchmark's data frames and comes back empty when the data is missing.
+
+>>> df = pd.DataFrame({"query": ["Q"], "policy": ["lmstream"], "buffering_s": [1.0], "processing_s": [3.0]})
+>>> float(time_shares(df).loc[0, "buffering"])
+25.0
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from .common import (
+    OVERHEAD_COMPONENTS,
+    PASS_SHARE,
+    POLICY_ORDER,
+    TIME_COMPONENTS,
+    _empty,
+    _finite,
+    _mean_over_reps,
+    _ordered,
+    _policies,
+)
+
+
+def time_shares(results: pd.DataFrame, policy: str = "lmstream") -> pd.DataFrame:
+    """Table IV: the share of each time component per query, in percent.
+
+    The five components (``buffering_s``, ``decision_s``, ``mapping_s``,
+    ``processing_s``, ``optimizer_s``) are summed over the policy's repetitions,
+    traffic kinds and rates; a missing component counts as 0 and NaN is skipped.
+    Device mapping and optimizer waits happen inside a batch's ``processing_s``,
+    so the processing share is ``processing_s`` minus those two.
+
+    Returns
+    -------
+    DataFrame
+        One row per query: ``query``, the five shares ``buffering``, ``decision``,
+        ``device mapping``, ``processing``, ``blocked on optimizer`` (percent),
+        ``overhead`` (decision + device mapping + blocked on optimizer, the
+        paper's gray rows), ``total`` (the five shares' sum: 100, a check) and
+        ``total_s`` (the seconds the shares divide).  Shares are NaN when a
+        query's total is 0.  Empty when ``policy`` is not in the sweep.
+
+    Examples
+    --------
+    >>> df = pd.DataFrame({"query": ["Q", "Q"], "policy": ["lmstream"] * 2, "buffering_s": [3.0, 1.0],
+    ...                    "decision_s": [0.5, 0.5], "processing_s": [2.0, 3.0]})
+    >>> row = time_shares(df).iloc[0]
+    >>> [float(row[c]) for c in ("buffering", "decision", "device mapping", "processing", "total")]
+    [40.0, 10.0, 0.0, 50.0, 100.0]
+    """
+    labels = list(TIME_COMPONENTS.values())
+    columns = ["query", *labels, "overhead", "total", "total_s"]
+    if _empty(results) or not {"query", "policy"} <= set(results.columns):
+        return pd.DataFrame(columns=columns)
+    sub = results[results["policy"] == policy]
+    if sub.empty:
+        return pd.DataFrame(columns=columns)
+    seconds = pd.DataFrame({"query": sub["query"].to_numpy()})
+    for col, label in TIME_COMPONENTS.items():
+        if col in sub.columns:
+            seconds[label] = pd.to_numeric(sub[col], errors="coerce").to_numpy(dtype=float)
+        else:
+            seconds[label] = 0.0
+    # the stream spends device mapping and optimizer waits inside a batch's processing time
+    inside = seconds[TIME_COMPONENTS["mapping_s"]].fillna(0) + seconds[TIME_COMPONENTS["optimizer_s"]].fillna(0)
+    proc = TIME_COMPONENTS["processing_s"]
+    seconds[proc] = (seconds[proc] - inside).clip(lower=0.0)
+    summed = seconds.groupby("query", sort=False, dropna=False)[labels].sum(min_count=0)
+    total_s = summed.sum(axis=1)
+    shares = summed.div(total_s.where(total_s > 0), axis=0) * 100.0
+    shares["overhead"] = shares[list(OVERHEAD_COMPONENTS)].sum(axis=1, min_count=1)
+    shares["total"] = shares[labels].sum(axis=1, min_count=1)
+    shares["total_s"] = total_s
+    return shares.reset_index()[columns]
+
+
+def cpu_table(results: pd.DataFrame) -> pd.DataFrame:
+    """CPU seconds per million rows per query x policy at the same offered load.
+
+    Cells are grouped by ``query``, ``policy``, ``traffic`` and ``rate`` and
+    averaged over repetitions.  The JVM / workers / kit breakdown is put in the
+    same unit (each part's CPU seconds per million rows of its repetition).
+
+    Returns
+    -------
+    DataFrame
+        ``query``, ``policy``, ``traffic``, ``rate``, ``reps``, ``cpu_s_per_mrows``,
+        ``jvm_s_per_mrows``, ``workers_s_per_mrows``, ``kit_s_per_mrows``,
+        ``cpu_total_s`` (mean per repetition), ``vs_asap`` (``cpu_s_per_mrows`` over
+        asap's at the same query, traffic and rate; NaN without asap) and
+        ``cheaper_than_asap`` (nullable boolean: does this policy's batching cost
+        less CPU per row than asap's?  NA for asap itself and when asap is absent).
+    """
+    out_cols = [
+        "query", "policy", "traffic", "rate", "reps", "cpu_s_per_mrows", "jvm_s_per_mrows",
+        "workers_s_per_mrows", "kit_s_per_mrows", "cpu_total_s", "vs_asap", "cheaper_than_asap",
+    ]
+    if _empty(results) or not {"query", "policy"} <= set(results.columns):
+        return pd.DataFrame(columns=out_cols)
+    frame = results.copy()
+    for key in ("traffic", "rate"):
+        if key not in frame.columns:
+            frame[key] = np.nan
+    rows = pd.to_numeric(frame.get("rows", pd.Series(np.nan, index=frame.index)), errors="coerce")
+    per_mrows = rows.where(rows > 0) / 1e6
+    for part in ("jvm", "workers", "kit"):
+        col = f"cpu_{part}_s"
+        cpu = pd.to_numeric(frame[col], errors="coerce") if col in frame.columns else np.nan
+        frame[f"{part}_s_per_mrows"] = cpu / per_mrows
+    if "cpu_s_per_mrows" not in frame.columns:
+        total = pd.to_numeric(frame.get("cpu_total_s", pd.Series(np.nan, index=frame.index)), errors="coerce")
+        frame["cpu_s_per_mrows"] = total / per_mrows
+    if "cpu_total_s" not in frame.columns:
+        frame["cpu_total_s"] = np.nan
+    keys = ["query", "policy", "traffic", "rate"]
+    values = ["cpu_s_per_mrows", "jvm_s_per_mrows", "workers_s_per_mrows", "kit_s_per_mrows", "cpu_total_s"]
+    agg = _mean_over_reps(frame, values, keys)
+    asap = agg.loc[agg["policy"] == "asap", ["query", "traffic", "rate", "cpu_s_per_mrows"]]
+    asap = asap.rename(columns={"cpu_s_per_mrows": "_asap"})
+    agg = agg.merge(asap, on=["query", "traffic", "rate"], how="left")
+    agg["vs_asap"] = agg["cpu_s_per_mrows"] / agg["_asap"].where(agg["_asap"] > 0)
+    cheaper = [
+        pd.NA if (policy == "asap" or not _finite(ratio)) else bool(ratio < 1.0)
+        for policy, ratio in zip(agg["policy"], agg["vs_asap"])
+    ]
+    agg["cheaper_than_asap"] = pd.array(cheaper, dtype="boolean")
+    return agg[out_cols]
+
+
+def _capacity_policies(capacity: pd.DataFrame | None) -> list:
+    present = _policies(capacity) if not _empty(capacity) else []
+    return list(POLICY_ORDER) + [p for p in present if p not in POLICY_ORDER]
+
+
+def capacity_table(capacity: pd.DataFrame | None) -> pd.DataFrame:
+    """The capacity search summarised: one row per query (wide layout).
+
+    A probe passed when its ``passed`` flag is true (or, without that column, when
+    ``within_bound`` >= 0.95).  A policy's capacity is the highest *passing* rate
+    (a higher rate that failed is ignored: the search brackets from both sides).
+
+    Returns
+    -------
+    DataFrame
+        One row per query with, for each of lmstream, fixed, asap (always) and any
+        other probed policy, ``capacity_<policy>`` (rows per simulated second; NaN
+        when no probe passed or the policy was not probed) and ``probes_<policy>``
+        (number of probes), followed by the ratios ``lmstream/fixed`` and
+        ``lmstream/asap`` of capacities (NaN when either side is missing), and
+        ``note``, which names the capacities the search did not bracket (a lower
+        bound when no probe above the highest passing rate failed, within the
+        probe budget; "no probe passed" when even the lowest failed).  Empty
+        when the search was skipped.
+
+    Examples
+    --------
+    >>> cap = pd.DataFrame({"query": ["Q"] * 3, "policy": ["lmstream", "lmstream", "fixed"],
+    ...                     "rate": [100.0, 200.0, 50.0], "passed": [True, False, True]})
+    >>> row = capacity_table(cap).iloc[0]
+    >>> float(row["capacity_lmstream"]), int(row["probes_lmstream"]), float(row["lmstream/fixed"])
+    (100.0, 2, 2.0)
+    """
+    policies = _capacity_policies(capacity)
+    columns = (
+        ["query"] + [f"capacity_{p}" for p in policies] + [f"probes_{p}" for p in policies]
+        + ["lmstream/fixed", "lmstream/asap"]
+    )
+    if _empty(capacity) or not {"query", "policy", "rate"} <= set(capacity.columns):
+        return pd.DataFrame(columns=columns + ["note"])
+    frame = capacity.copy()
+    if "passed" in frame.columns:
+        passed = frame["passed"].map(lambda v: bool(v) if isinstance(v, (bool, np.bool_)) else v is True)
+    else:
+        passed = pd.to_numeric(frame.get("within_bound"), errors="coerce") >= PASS_SHARE
+    frame["_passed"] = passed.astype(bool)
+    frame["_rate"] = pd.to_numeric(frame["rate"], errors="coerce")
+    queries = _ordered(frame["query"])
+    table = pd.DataFrame({"query": queries})
+    for policy in policies:
+        sub = frame[frame["policy"] == policy]
+        best = sub[sub["_passed"]].groupby("query", sort=False)["_rate"].max()
+        count = sub.groupby("query", sort=False).size()
+        table[f"capacity_{policy}"] = table["query"].map(best).astype(float)
+        table[f"probes_{policy}"] = table["query"].map(count).fillna(0).astype(int)
+    for other in ("fixed", "asap"):
+        denom = table[f"capacity_{other}"]
+        table[f"lmstream/{other}"] = table["capacity_lmstream"] / denom.where(denom > 0)
+    table["note"] = [_capacity_note(frame[frame["query"] == q], policies) for q in table["query"]]
+    return table[columns + ["note"]]
+
+
+def _capacity_note(probes: pd.DataFrame, policies: list) -> str:
+    """Which capacities the search did not bracket: a lower bound, or below every probe."""
+    notes = []
+    for policy in policies:
+        sub = probes[probes["policy"] == policy]
+        if sub.empty:
+            continue
+        passed = sub.loc[sub["_passed"], "_rate"]
+        if passed.empty:
+            notes.append(f"{policy} < {sub['_rate'].min():,.0f} (no probe passed)")
+        elif not (sub.loc[~sub["_passed"], "_rate"] > passed.max()).any():
+            notes.append(f"{policy} ≥ {passed.max():,.0f} (no probe above it failed)")
+    return "; ".join(notes)
