@@ -8,7 +8,7 @@ without pyspark.
 
 __version__ = "0.1.0"
 
-__all__ = ["LiveStream", "AdmissionController", "load_metrics", "__version__"]
+__all__ = ["LiveStream", "AdmissionController", "SparkEngine", "load_metrics", "__version__"]
 
 
 def __getattr__(name):
@@ -16,6 +16,10 @@ def __getattr__(name):
         from .live import LiveStream
 
         return LiveStream
+    if name == "SparkEngine":
+        from .engine.adapter import SparkEngine
+
+        return SparkEngine
     if name == "AdmissionController":
         from .controller import AdmissionController
 

@@ -6,7 +6,6 @@ one ``error: ...`` line and exit with status 2; they never show a traceback.
 
 from __future__ import annotations
 
-import math
 import sys
 import time
 from datetime import datetime
@@ -15,6 +14,7 @@ from typing import Optional
 
 import click
 
+from .units import format_value
 from .exceptions import KitError
 
 EPILOG = """\b
@@ -38,12 +38,7 @@ def _console(**kw):
     return Console(**kw)
 
 
-def _fmt(value, unit: str = "", digits: int = 2) -> str:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "-"
-    if isinstance(value, float):
-        return f"{value:,.{digits}f}{unit}"
-    return f"{value:,}{unit}"
+_fmt = format_value
 
 
 @click.group(epilog=EPILOG, context_settings={"help_option_names": ["-h", "--help"]})

@@ -113,10 +113,18 @@ class LiveStream(Tunable):
     """
 
     PARAMS = (
-        Param("slide_s", float, low=0, restart=True, doc="window slide, simulated s (restarts the query)"),
-        Param("target_s", float, low=0, doc="latency bound, simulated s (0 = running mean)"),
-        Param("policy", str, choices=("lmstream", "asap", "fixed"), doc="admission policy"),
-        Param("rate_scale", float, low=0, low_open=True, doc="offered rate, times the traffic's"),
+        Param("slide_s", float, low=0, restart=True, label="window slide (sim s)", step=0.5,
+              doc="Slide of the query's window in simulated seconds, up to the window's range; the latency "
+                  "target follows it.  A change restarts the query from its checkpoint."),
+        Param("target_s", float, low=0, label="latency target (sim s)", step=0.25,
+              doc="Latency bound of the admission controller in simulated seconds, without changing the "
+                  "window (0 = the running mean of past maximum latencies)."),
+        Param("policy", str, choices=("lmstream", "asap", "fixed"), restart=True, label="policy",
+              doc="Admission policy: lmstream (admit when the latency bound is reached), asap (admit "
+                  "everything pending at once), fixed (static trigger).  A switch to or from fixed "
+                  "restarts the query from its checkpoint."),
+        Param("rate_scale", float, low=0, low_open=True, log_scale=True, step=0.25, label="traffic rate ×",
+              doc="Factor on the offered traffic rate of the generator."),
     )
 
     def __init__(
@@ -388,10 +396,7 @@ class LiveStream(Tunable):
 
     def set_inflection_point(self, nbytes: float) -> None:
         """Set the inflection point by hand (bytes); it freezes the optimizer until :meth:`release_optimizer`."""
-        if self.optimizer is not None:
-            # the mapper records the value set by hand; the optimizer's copy of it is not a second change
-            self.optimizer.set_inflection_point(nbytes, record=False)
-        self.mapper.set_inflection_point(nbytes)
+        self.placement.set_inflection_point(nbytes)
 
     def freeze_optimizer(self) -> None:
         """Keep the current inflection point (the optimizer stops proposing)."""
@@ -421,36 +426,46 @@ class LiveStream(Tunable):
 
     # ------------------------------------------------------------------ declared controls
     @property
-    def rate_scale(self) -> Optional[float]:
-        feed_scale = getattr(self.feed, "rate_scale", None)
-        return feed_scale if feed_scale is not None else getattr(self.traffic, "scale", None)
-
-    @property
-    def target_sim_s(self) -> Optional[float]:
-        """The controller's latency target in simulated seconds (None for baselines)."""
-        return self.controller.target_s * self.speedup if self.controller is not None else None
+    def rate_scale(self) -> float:
+        """The factor on the generated traffic's rate (1.0 without generated traffic)."""
+        scale = getattr(self.feed, "rate_scale", None)
+        scale = getattr(self.traffic, "scale", None) if scale is None else scale
+        return float(scale) if scale is not None else 1.0
 
     def disabled_reason(self, name: str) -> Optional[str]:
+        workload = self.workload.name
         if name == "slide_s":
             if self.workload.slide_s == 0:
-                return f"{self.workload.name} has a tumbling window"
+                return f"workload {workload} has a tumbling window: its slide cannot change"
             if self.workload.query_for_slide is None:
-                return f"{self.workload.name} cannot change its slide"
+                return f"workload {workload} has a fixed window: its slide cannot change"
             if self.placement.strategy.fixed_window:
-                return "the twin executor's window is fixed for the run"
+                return "the twin executor's window is fixed for the run: change the latency target instead"
         if name == "target_s" and self.controller is None:
-            return f"policy {self.policy.name} has no latency bound"
+            return f"policy {self.policy.name!r} has no admission controller, so no latency target"
         if name == "rate_scale" and self.traffic is None:
-            return "the input is a directory, not generated traffic"
+            return "the input is read from a directory: there is no generated traffic to scale"
         return None
 
     def controls(self) -> list[Control]:
-        """Every live parameter of the stream and its controllers, as a view draws them."""
-        values = {"slide_s": self.slide_s, "target_s": self.target_sim_s, "policy": self.policy.name,
-                  "rate_scale": self.rate_scale}
-        own = [Control(p.name, p, values[p.name], lambda v, n=p.name: self.set_param(n, v),
-                       self.disabled_reason(p.name), "stream") for p in self.PARAMS]
-        return own + [c for ctrl in self.controllers for c in ctrl.controls()]
+        """The live parameters a view draws: the stream's, the placement's, then the plug-ins'."""
+        window = float(self.workload.window_range_s or 0)
+        target = self.controller.target_s * self.speedup if self.controller is not None else None
+        own = {
+            "slide_s": (self.slide_s, 0.5, max(window, self.slide_s, 1.0)),
+            "target_s": (self.slide_s if target is None else target, 0.0,
+                         max(window, 2 * self.slide_s, 2 * (target or 0.0), 1.0)),
+            "policy": (self.policy.name, None, None),
+            "rate_scale": (self.rate_scale, 2.0**-3, 2.0**3),
+        }
+        declared = {
+            p.name: Control(p.name, p, own[p.name][0], lambda v, n=p.name: self.set_param(n, v),
+                            self.disabled_reason(p.name), "stream", low=own[p.name][1], high=own[p.name][2])
+            for p in self.PARAMS
+        }
+        inflection, optimizer = self.placement.controls()
+        plugins = [c for controller in self.controllers[2:] for c in controller.controls()]
+        return [inflection, *declared.values(), optimizer, *plugins]
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> "LiveStream":
@@ -702,6 +717,8 @@ class LiveStream(Tunable):
         with self._lock:
             span, admission = self.book.begin_batch()
             controllers = self.controllers
+        # changes read when a batch runs are in force from the batch that starts now
+        changes = self.changelog.take(BATCH)
         at_admission = dict(admission.fields) if admission else {}
         try:
             datasets = self.spool.datasets(span[0], span[1]) if span else []
@@ -721,7 +738,7 @@ class LiveStream(Tunable):
             raise  # never swallow: Spark must not commit a failed batch
         completed = time.time()
         decision = at_admission.get("decision")
-        changes = [*at_admission.get("changes", ()), *self.changelog.take(BATCH)]
+        changes = [*at_admission.get("changes", ()), *changes]
         record = BatchRecord.from_batch(
             batch_id=batch.batch_id,
             policy=admission.policy if admission and admission.policy else self.policy.name,

@@ -8,6 +8,7 @@ hands in the engine's batch handle.
 
 from __future__ import annotations
 
+import math
 import os
 import pickle
 import time
@@ -18,12 +19,18 @@ from typing import Any, ClassVar
 from .devices import DeviceMode, PlanCache
 from .exceptions import ConfigError
 from .mapper import DeviceMapper, DevicePlan
-from .protocol import BatchContext, BatchController
+from .protocol import BatchContext, BatchController, Control, Param
 from .registry import Registry
+from .units import format_bytes
 
 __all__ = ["STRATEGIES", "TWIN_STATE_DIR", "Placement", "PlacementStrategy"]
 
 TWIN_STATE_DIR = "twin_state"
+_INFLECTION_EXP = (10, 28)  # the slider's range, log2 bytes: 1 KiB .. 256 MiB (widened to the optimizer's bounds)
+_INFLECTION = Param("inflection_point", float, low=0, low_open=True, log_scale=True, unit="bytes", step=0.25,
+                    label="inflection point", doc="Partition size (bytes) from which operators prefer the GPU.")
+_OPTIMIZER = Param("optimizer", str, choices=("tuning", "frozen"), label="optimizer",
+                   doc="Whether the online optimizer re-tunes the inflection point after each batch.")
 
 
 class PlacementStrategy:
@@ -128,8 +135,6 @@ class _Twin(PlacementStrategy):
         return self.executor.program.dag, True, 0.0
 
     def run(self, ctx: BatchContext, plan: DevicePlan | None, output_dir) -> tuple[int, dict]:
-        from .engine.stream import write_table
-
         p = self.placement
         span = ctx.admission.get("span")
         if span and span[1] > span[0]:
@@ -137,7 +142,7 @@ class _Twin(PlacementStrategy):
         else:
             table = p.workload.schema.empty_table()
         result = self.executor.process(table, ctx.batch_id, plan)
-        out_rows = write_table(result.table, output_dir, ctx.batch_id)
+        out_rows = ctx.engine.write_table(result.table, output_dir)
         if span:
             _save_twin_state(self.run_dir, span[1], self.executor.state_dict())
         return out_rows, {
@@ -181,6 +186,38 @@ class Placement(BatchController):
         self.mapper.bind_changelog(log)
         if self.optimizer is not None:
             self.optimizer.bind_changelog(log)
+
+    # -- live parameters: the inflection point and whether the optimizer tunes it ----------------
+    def set_inflection_point(self, nbytes: float) -> None:
+        """Set the inflection point by hand (bytes); it freezes the optimizer until it is released."""
+        if self.optimizer is not None:
+            # the mapper records the value set by hand; the optimizer's copy of it is not a second change
+            self.optimizer.set_inflection_point(nbytes, record=False)
+        self.mapper.set_inflection_point(nbytes)
+
+    def set_optimizer(self, state: str) -> None:
+        """``"frozen"`` holds the inflection point, ``"tuning"`` lets the optimizer move it again."""
+        if self.optimizer is None:
+            raise ConfigError("this stream runs without the inflection-point optimizer")
+        _OPTIMIZER.validate(state)
+        self.optimizer.freeze() if state == "frozen" else self.optimizer.release()
+
+    def controls(self) -> list[Control]:
+        lo, hi = _INFLECTION_EXP
+        tip = _INFLECTION.doc
+        bounds = self.optimizer.snapshot().get("bounds") if self.optimizer is not None else None
+        if bounds:
+            lo, hi = min(lo, math.floor(math.log2(bounds[0]))), max(hi, math.ceil(math.log2(bounds[1])))
+            tip += (f" The optimizer accepts {format_bytes(bounds[0])} to {format_bytes(bounds[1])};"
+                    " a value set here freezes it until you switch it back to tuning.")
+        optimizer = None if self.optimizer is None else ("frozen" if self.optimizer.frozen else "tuning")
+        return [
+            Control("inflection_point", _INFLECTION, float(self.mapper.inflection_point),
+                    self.set_inflection_point, None, "mapper", low=2.0**lo, high=2.0**hi, doc=tip),
+            Control("optimizer", _OPTIMIZER, optimizer, self.set_optimizer,
+                    None if self.optimizer is not None else "this stream runs without the inflection-point optimizer",
+                    "optimizer"),
+        ]
 
     def use(self, mode: DeviceMode, workload, *, engine=None, read_span=None) -> None:
         """Carry plans out as ``mode`` says, for ``workload``, on ``engine``."""

@@ -77,6 +77,9 @@ class Param:
     restart: bool = False
     doc: str = ""
     log_scale: bool = False  # a slider over this parameter moves in powers of two
+    label: str = ""  # what a view calls it (default: the name)
+    unit: str = ""  # "bytes" shows values as KiB/MiB
+    step: float | None = None  # a slider's step (log2 units for log_scale)
 
     def validate(self, value: Any, *, label: str | None = None) -> Any:
         """The value, coerced to ``kind``; ConfigError (a ValueError) naming it when it is not allowed."""
@@ -189,7 +192,12 @@ class ChangeLog:
 
 @dataclass(frozen=True)
 class Control:
-    """A parameter as a view draws it: key, value, bounds or choices, why it is disabled, and its setter."""
+    """A parameter as a view draws it: key, value, bounds or choices, why it is disabled, and its setter.
+
+    ``low``/``high`` are the range a view offers (default: the parameter's
+    bounds); ``doc`` its tooltip (default: the parameter's doc).  A setter that
+    restarts the query (``param.restart``) is slow: a view calls it off its UI thread.
+    """
 
     key: str
     param: Param
@@ -197,6 +205,23 @@ class Control:
     setter: Callable[[Any], None]
     disabled: str | None = None  # why it cannot be changed now, or None
     owner: str = ""
+    low: float | None = None
+    high: float | None = None
+    doc: str = ""
+
+    @property
+    def label(self) -> str:
+        return self.param.label or self.key
+
+    @property
+    def tooltip(self) -> str:
+        return self.doc or self.param.doc
+
+    @property
+    def range(self) -> tuple[float | None, float | None]:
+        """``(low, high)`` the view offers."""
+        return (self.param.low if self.low is None else self.low,
+                self.param.high if self.high is None else self.high)
 
 
 class Tunable:

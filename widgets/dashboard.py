@@ -43,8 +43,10 @@ import plotly.graph_objects as go
 
 from lmstream_kit.exceptions import ConfigError
 from lmstream_kit.metrics import METRICS_FILE, read_jsonl, read_run_info
+from lmstream_kit.units import format_bytes
 
 from . import status_line
+from .controls import SlowApplier, make_widget, show_value
 from .figures import (
     batch_size_figure,
     change_markers,
@@ -61,36 +63,14 @@ __all__ = ["FIGURE_KEYS", "LIVE_CONTROLS", "Dashboard", "format_bytes"]
 #: the keys of :attr:`Dashboard.figures`, in display order
 FIGURE_KEYS = ("latency", "batch_size", "throughput", "time_split", "inflection", "device_plan")
 
-#: the keys of :attr:`Dashboard.controls` in live mode (replay mode has ``batch`` and ``play``)
+#: the keys of :attr:`Dashboard.controls` for a LiveStream without plug-ins (the controls it declares);
+#: replay mode has ``batch`` and ``play``
 LIVE_CONTROLS = ("inflection_point", "slide_s", "target_s", "policy", "rate_scale", "optimizer")
 
-#: controls whose setter may restart the query: applied on a worker thread
-_SLOW_CONTROLS = frozenset({"slide_s", "policy"})
-
-_POLICIES = ("lmstream", "asap", "fixed")
-_INFLECTION_EXP = (10.0, 28.0)  # slider range, log2 bytes: 1 KiB .. 256 MiB (widened to the bounds)
 _APPLYING = "applying…"
 _MAX_DRAW_SHARE = 0.25  # of wall time spent redrawing, at most
 _WIDGET_LAYOUT = frozenset({"template", "height", "width", "autosize"})  # the widget's own, kept
 _NOTEBOOK_HINT = "install the notebook extra: pip install 'lmstream_kit[notebook]'"
-
-
-def format_bytes(nbytes: float) -> str:
-    """``nbytes`` in B, KiB, MiB or GiB (one decimal above bytes).
-
-    >>> format_bytes(4096), format_bytes(1.5 * 2**30), format_bytes(float("nan"))
-    ('4.0 KiB', '1.5 GiB', '-')
-    """
-    try:
-        value = float(nbytes)
-    except (TypeError, ValueError):
-        return "-"
-    if not math.isfinite(value):
-        return "-"
-    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if abs(value) >= size:
-            return f"{value / size:.1f} {unit}"
-    return f"{value:.0f} B"
 
 
 def _widgets_available() -> bool:
@@ -266,10 +246,7 @@ class Dashboard:
         self._plan_key: str | None = None
         self._plan_drawn = False
         self._redraw_thread: threading.Thread | None = None
-        self._apply_cond = threading.Condition(threading.Lock())
-        self._apply_queue: dict[str, Any] = {}
-        self._applying: set[str] = set()
-        self._apply_thread: threading.Thread | None = None
+        self._slow = SlowApplier(self._apply, lambda: self._closed)
         self._last_applied: tuple[str, Any, float] | None = None
         self._tooltips: dict[str, str | None] = {}
         self.last_error: str | None = None
@@ -287,10 +264,10 @@ class Dashboard:
             self.mode = "replay"
             self.run_dir = Path(source)
             self._load_run()
-        elif callable(getattr(source, "on_batch", None)) and hasattr(source, "records"):
-            self.mode = "live"
+        elif callable(getattr(source, "controls", None)) and callable(getattr(source, "on_batch", None)):
+            self.mode = "live"  # a LiveStream (not imported here: the dashboard needs no Spark)
             self.stream = source
-            self.run_dir = Path(getattr(source, "run_dir", "."))
+            self.run_dir = Path(source.run_dir)
         else:
             raise ConfigError(
                 f"Dashboard source must be a LiveStream or a run directory, got {type(source).__name__}"
@@ -379,8 +356,8 @@ class Dashboard:
         if self.mode == "live":
             rows = self._build_live_controls(W)
             title = (
-                f"<b>live</b> {html.escape(str(getattr(self.stream.workload, 'name', '?')))}, "
-                f"speedup {float(getattr(self.stream, 'speedup', 1.0)):g}×, "
+                f"<b>live</b> {html.escape(self.stream.workload.name)}, "
+                f"speedup {float(self.stream.speedup):g}×, "
                 f"run {html.escape(str(self.run_dir))}"
             )
         else:
@@ -405,68 +382,10 @@ class Dashboard:
         return W.HBox([widget, *extra, message])
 
     def _build_live_controls(self, W: Any) -> list:
-        s = self.stream
-        opt = getattr(s, "optimizer", None)
-        lo_exp, hi_exp = _INFLECTION_EXP
-        bounds = None
-        if opt is not None:
-            bounds = opt.snapshot().get("bounds")
-            if bounds:
-                lo_exp = min(lo_exp, math.floor(math.log2(bounds[0])))
-                hi_exp = max(hi_exp, math.ceil(math.log2(bounds[1])))
-        tip = "Partition size (bytes) from which operators prefer the GPU."
-        if bounds:
-            tip += (
-                f" The optimizer accepts {format_bytes(bounds[0])} to {format_bytes(bounds[1])};"
-                " a value set here freezes it until you switch it back to tuning."
-            )
-        ip = W.FloatLogSlider(
-            value=2**lo_exp, base=2, min=lo_exp, max=hi_exp, step=0.25, description="inflection point",
-            readout=True, readout_format=".0f", continuous_update=False, tooltip=tip,
-        )
-        ip_label = W.HTML(value="")
-        ip_label.add_class("lmstream-inflection_point-readout")
-        ip.observe(lambda change: setattr(ip_label, "value", format_bytes(change["new"])), names="value")
-
-        window = float(getattr(s.workload, "window_range_s", 0) or 0)
-        slide = float(getattr(s, "slide_s", 0) or 0)
-        target = self._target_sim() or 0.0
-        slide_w = W.FloatSlider(
-            value=0.5, min=0.5, max=max(window, slide, 1.0), step=0.5, description="window slide (sim s)",
-            continuous_update=False, readout_format=".2f",
-            tooltip="Slide of the query's window in simulated seconds, up to the window's range; "
-                    "the latency target follows it.  A change restarts the query from its checkpoint.",
-        )
-        target_w = W.FloatSlider(
-            value=0.0, min=0.0, max=max(window, 2 * slide, 2 * target, 1.0), step=0.25,
-            description="latency target (sim s)", continuous_update=False, readout_format=".2f",
-            tooltip="Latency bound of the admission controller in simulated seconds, without changing "
-                    "the window (0 = the running mean of past maximum latencies).",
-        )
-        policy_w = W.Dropdown(
-            options=list(_POLICIES), value=None, description="policy",
-            tooltip="Admission policy: lmstream (admit when the latency bound is reached), asap (admit "
-                    "everything pending at once), fixed (static trigger).  A switch to or from fixed "
-                    "restarts the query from its checkpoint.",
-        )
-        rate_w = W.FloatLogSlider(
-            value=1.0, base=2, min=-3, max=3, step=0.25, description="traffic rate ×",
-            continuous_update=False, readout_format=".3g",
-            tooltip="Factor on the offered traffic rate of the generator.",
-        )
-        opt_w = W.ToggleButtons(
-            options=["tuning", "frozen"], value=None, description="optimizer",
-            tooltip="Whether the online optimizer re-tunes the inflection point after each batch.",
-            tooltips=["the optimizer re-tunes the inflection point", "hold the current inflection point"],
-        )
-        rows = [
-            self._control(W, "inflection_point", ip, [ip_label]),
-            self._control(W, "slide_s", slide_w),
-            self._control(W, "target_s", target_w),
-            self._control(W, "policy", policy_w),
-            self._control(W, "rate_scale", rate_w),
-            self._control(W, "optimizer", opt_w),
-        ]
+        rows = []
+        for control in self._declared().values():
+            widget, extra = make_widget(W, control)
+            rows.append(self._control(W, control.key, widget, extra))
         self._sync_controls()
         return rows
 
@@ -487,75 +406,16 @@ class Dashboard:
         return [W.HBox([play, batch])]
 
     # ------------------------------------------------------------------ live controls
-    def _target_sim(self) -> float | None:
-        controller = getattr(self.stream, "controller", None)
-        if controller is None:
-            return None
-        return float(controller.target_s) * float(getattr(self.stream, "speedup", 1.0))
-
-    def _rate_scale(self) -> float:
-        feed = getattr(self.stream, "feed", None)
-        value = getattr(feed, "rate_scale", None)
-        if value is None:
-            value = getattr(getattr(self.stream, "traffic", None), "scale", None)
-        return float(value) if value is not None else 1.0
-
-    def _control_state(self, key: str) -> tuple[Any, str | None]:
-        """``(value in force, reason the control is disabled or None)`` of a live control."""
-        s = self.stream
-        if key == "inflection_point":
-            return float(s.mapper.snapshot()["inflection_point"]), None
-        if key == "slide_s":
-            workload = getattr(s, "workload", None)
-            name = getattr(workload, "name", "?")
-            if getattr(workload, "slide_s", None) == 0:
-                return 0.0, f"workload {name} has a tumbling window: its slide cannot change"
-            if getattr(workload, "query_for_slide", True) is None:
-                return float(s.slide_s), f"workload {name} has a fixed window: its slide cannot change"
-            return float(s.slide_s), None
-        if key == "target_s":
-            target = self._target_sim()
-            if target is None:
-                name = getattr(getattr(s, "policy", None), "name", "?")
-                return float(s.slide_s), f"policy {name!r} has no admission controller, so no latency target"
-            if not callable(getattr(s, "set_target", None)):
-                return target, "this LiveStream cannot change its latency target (no set_target)"
-            return target, None
-        if key == "policy":
-            name = getattr(getattr(s, "policy", None), "name", None)
-            if not callable(getattr(s, "set_policy", None)):
-                return name, "this LiveStream cannot switch its policy while running (no set_policy)"
-            return name, None
-        if key == "rate_scale":
-            if getattr(s, "traffic", "generated") is None:
-                return 1.0, "the input is read from a directory: there is no generated traffic to scale"
-            return self._rate_scale(), None
-        if key == "optimizer":
-            opt = getattr(s, "optimizer", None)
-            if opt is None:
-                return None, "this stream runs without the inflection-point optimizer"
-            return ("frozen" if opt.frozen else "tuning"), None
-        raise KeyError(key)
+    def _declared(self) -> dict[str, Any]:
+        """The stream's declared controls by key (value in force, range, why disabled, setter)."""
+        return {c.key: c for c in self.stream.controls()}
 
     def _set_control(self, key: str, value: Any) -> None:
         """Show ``value`` on a control without calling the stream's setter."""
-        ctrl = self.controls[key]
         with self._ui_lock:
             self._suppress.add(key)
             try:
-                if value is not None and isinstance(value, float) and hasattr(ctrl, "base"):
-                    exp = math.log(value, ctrl.base) if value > 0 else ctrl.min
-                    if exp < ctrl.min:
-                        ctrl.min = math.floor(exp)
-                    if exp > ctrl.max:
-                        ctrl.max = math.ceil(exp)
-                elif value is not None and isinstance(value, float) and hasattr(ctrl, "max"):
-                    ctrl.max = max(ctrl.max, value)
-                    ctrl.min = min(ctrl.min, value)
-                if value is None and not hasattr(ctrl, "options"):
-                    return
-                if getattr(ctrl, "value", None) != value:
-                    ctrl.value = value
+                show_value(self.controls[key], value)
             finally:
                 self._suppress.discard(key)
 
@@ -563,22 +423,21 @@ class Dashboard:
         """Show the stream's current values and which controls apply (never raises)."""
         if self.mode != "live" or not self.controls:
             return
-        with self._apply_cond:
-            busy = set(self._apply_queue) | self._applying
+        busy = self._slow.busy()
+        try:
+            declared = self._declared()
+        except Exception:
+            return
         with self._ui_lock:
-            for key in LIVE_CONTROLS:
+            for key, control in declared.items():
                 if key in skip or key in busy or key not in self.controls:
                     continue
-                try:
-                    value, reason = self._control_state(key)
-                except Exception:
-                    continue
                 ctrl = self.controls[key]
-                self._set_control(key, value)
-                disabled = self._closed or reason is not None
+                self._set_control(key, control.value)
+                disabled = self._closed or control.disabled is not None
                 if ctrl.disabled != disabled:
                     ctrl.disabled = disabled
-                tooltip = reason if reason is not None else self._tooltips.get(key)
+                tooltip = control.disabled if control.disabled is not None else self._tooltips.get(key)
                 if ctrl.tooltip != tooltip:
                     ctrl.tooltip = tooltip
 
@@ -587,43 +446,14 @@ class Dashboard:
         with self._ui_lock:
             if key in self._suppress:
                 return
-        if self._closed:
+        if self._closed or key in ("batch", "play"):
             return
-        value = change["new"]
-        if key in ("batch", "play"):
-            return
-        if key in _SLOW_CONTROLS:
-            self._submit(key, value)
+        control = self._declared().get(key)
+        if control is not None and control.param.restart:
+            self._message(key, _APPLYING, error=False)
+            self._slow.submit(key, change["new"])
         else:
-            self._apply(key, value)
-
-    def _setter(self, key: str, value: Any) -> None:
-        s = self.stream
-        if key == "inflection_point":
-            s.set_inflection_point(float(value))
-        elif key == "slide_s":
-            s.set_slide(float(value))
-        elif key == "target_s":
-            setter = getattr(s, "set_target", None)
-            if setter is None:
-                raise ConfigError("this LiveStream cannot change its latency target (no set_target)")
-            setter(float(value))
-        elif key == "policy":
-            setter = getattr(s, "set_policy", None)
-            if setter is None:
-                raise ConfigError("this LiveStream cannot switch its policy while running (no set_policy)")
-            setter(str(value))
-        elif key == "rate_scale":
-            s.set_rate_scale(float(value))
-        elif key == "optimizer":
-            if value == "frozen":
-                s.freeze_optimizer()
-            elif value == "tuning":
-                s.release_optimizer()
-            else:
-                raise ConfigError(f"optimizer must be 'tuning' or 'frozen', got {value!r}")
-        else:
-            raise KeyError(key)
+            self._apply(key, change["new"])
 
     def _message(self, key: str, text: str, *, error: bool) -> None:
         with self._ui_lock:
@@ -638,13 +468,13 @@ class Dashboard:
                 widget.value = f'<span style="color:#7F7F7F">{html.escape(text, quote=False)}</span>'
 
     def _apply(self, key: str, value: Any) -> None:
-        """Call the setter; on failure show its message and put the control back (never raises)."""
+        """Call the control's setter; on failure show its message and put the control back (never raises)."""
         try:
-            self._setter(key, value)
+            self._declared()[key].setter(value)
         except Exception as exc:  # a control error must never reach the kernel
             self._message(key, _one_line(exc), error=True)
             try:
-                self._set_control(key, self._control_state(key)[0])
+                self._set_control(key, self._declared()[key].value)
             except Exception:
                 pass
             return
@@ -656,46 +486,9 @@ class Dashboard:
         except Exception:
             pass
 
-    def _submit(self, key: str, value: Any) -> None:
-        """Queue a slow setter for the worker thread (a newer value of the same control replaces it)."""
-        self._message(key, _APPLYING, error=False)
-        with self._apply_cond:
-            self._apply_queue.pop(key, None)
-            self._apply_queue[key] = value
-            if self._apply_thread is None or not self._apply_thread.is_alive():
-                self._apply_thread = threading.Thread(
-                    target=self._apply_loop, name="lmstream-dashboard-apply", daemon=True
-                )
-                self._apply_thread.start()
-            self._apply_cond.notify_all()
-
-    def _apply_loop(self) -> None:
-        while True:
-            with self._apply_cond:
-                while not self._apply_queue and not self._closed:
-                    self._apply_cond.wait()
-                if not self._apply_queue:
-                    return
-                key = next(iter(self._apply_queue))
-                value = self._apply_queue.pop(key)
-                self._applying.add(key)
-            try:
-                self._apply(key, value)
-            finally:
-                with self._apply_cond:
-                    self._applying.discard(key)
-                    self._apply_cond.notify_all()
-
     def wait_applied(self, timeout: float = 30.0) -> bool:
-        """Block until the queued slow changes (slide, policy) are applied; False on timeout."""
-        deadline = time.monotonic() + timeout
-        with self._apply_cond:
-            while self._apply_queue or self._applying:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    return False
-                self._apply_cond.wait(left)
-        return True
+        """Block until the queued slow changes (those that restart the query) are applied; False on timeout."""
+        return self._slow.wait(timeout)
 
     # ------------------------------------------------------------------ drawing
     def _redraw_loop(self) -> None:
@@ -773,8 +566,7 @@ class Dashboard:
             ]
         else:
             s = self.stream
-            name = getattr(getattr(s, "workload", None), "name", "?")
-            parts = [f"live: workload {name}, policy {getattr(getattr(s, 'policy', None), 'name', '?')}"]
+            parts = [f"live: workload {s.workload.name}, policy {s.policy.name}"]
         parts.append(status_line(records))
         last = _last_change(records)
         if last:
@@ -828,17 +620,14 @@ class Dashboard:
             self._closed = True
             self._wake.notify_all()
         if self.mode == "live" and self._callback is not None:
-            remove = getattr(self.stream, "remove_on_batch", None)
-            if callable(remove):
-                try:
-                    remove(self._callback)
-                except Exception:
-                    pass  # the callback is a no-op from now on anyway
-        with self._apply_cond:
-            self._apply_cond.notify_all()
-        for thread in (self._redraw_thread, self._apply_thread):
-            if thread is not None and thread is not threading.current_thread():
-                thread.join(timeout=5.0)
+            try:
+                self.stream.remove_on_batch(self._callback)
+            except Exception:
+                pass  # the callback is a no-op from now on anyway
+        self._slow.wake()
+        self._slow.join(timeout=5.0)
+        if self._redraw_thread is not None and self._redraw_thread is not threading.current_thread():
+            self._redraw_thread.join(timeout=5.0)
         if self.mode == "live":
             with self._ui_lock:
                 for ctrl in self.controls.values():

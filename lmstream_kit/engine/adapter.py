@@ -32,6 +32,12 @@ class EngineBatch:
 
         return write_output(finish(self._df) if finish else self._df, output_dir, self.batch_id)
 
+    def write_table(self, table, output_dir: Path | None) -> int:
+        """Write a result computed outside Spark (a pyarrow Table) as this batch's output; its rows."""
+        from .stream import write_table
+
+        return write_table(table, output_dir, self.batch_id)
+
     def apply_confs(self, confs: Mapping[str, str], applied: Mapping[str, str]) -> dict:
         """Set the confs that differ from ``applied`` on the batch's session; the confs now in force."""
         from .rapids import apply_confs
