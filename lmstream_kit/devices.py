@@ -106,6 +106,26 @@ def resolve_device_mode(
     return DeviceMode("advisory", None, "advisory requested")
 
 
+def device_mode_for(requested: str, workload: str, *, rapids_loaded: Callable[[], bool]) -> DeviceMode:
+    """The device mode a stream of ``workload`` runs in: asks the engine and cudf only when it matters.
+
+    >>> device_mode_for("advisory", "LR2S", rapids_loaded=lambda: 1 / 0).mode
+    'advisory'
+    """
+    loaded = requested in ("auto", "rapids") and rapids_loaded()
+    twin_available, cudf_ok, cudf_reason = False, False, ""
+    if requested in ("auto", "twin"):
+        from .twin import twin_program
+
+        twin_available = twin_program(workload) is not None
+        if twin_available:
+            from .twin.backends import cudf_available
+
+            cudf_ok, cudf_reason = cudf_available()
+    return resolve_device_mode(requested, rapids_loaded=loaded, twin_available=twin_available,
+                               cudf_ok=cudf_ok, cudf_reason=cudf_reason, workload=workload)
+
+
 class PlanCache:
     """Operator DAGs per query shape, so that planning does not cost Spark work per batch.
 

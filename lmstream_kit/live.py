@@ -18,16 +18,18 @@ from typing import Any, Callable, Optional, Union
 
 from . import __version__
 from .admission import DRAIN, HOLD, RUN, AdmissionBook
-from .devices import DeviceMode, PlanCache, check_device_mode, resolve_device_mode
+from .devices import DeviceMode, PlanCache, check_device_mode, device_mode_for
 from .engine.adapter import EngineBatch, SparkEngine
 from .exceptions import ConfigError, EngineError, one_line
+from .feed.make import make_feed
 from .feed.spool import Spool
-from .feed.traffic import FeedGenerator, Traffic, traffic_from_spec
+from .feed.traffic import Traffic, traffic_from_spec
 from .mapper import DeviceMapper
 from .metrics import METRICS_FILE, PROGRESS_FILE, JsonlWriter, load_metrics, read_run_info, write_run_info
 from .placement import Placement
 from .policies import get_policy
-from .protocol import ADMISSION, BATCH, BatchContext, BatchController, ChangeLog, Control, Param, Tunable
+from .stream_controls import StreamControls
+from .protocol import ADMISSION, BATCH, BatchContext, BatchController, ChangeLog, Param
 from .record import BatchRecord, batch_bytes, controller_target_s, latency_bound, summarize
 from .workloads import Workload, get_workload
 
@@ -40,7 +42,7 @@ def _positive(name: str, value, *, allow_none: bool = False):
     return Param(name, float, low=0, low_open=True).validate(value)
 
 
-class LiveStream(Tunable):
+class LiveStream(StreamControls):
     """Run one workload's streaming query under an admission policy, with plug-in controllers.
 
     Parameters
@@ -111,21 +113,6 @@ class LiveStream(Tunable):
     ...     s.wait(batches=10)
     ...     s.set_target(5.0)
     """
-
-    PARAMS = (
-        Param("slide_s", float, low=0, restart=True, label="window slide (sim s)", step=0.5,
-              doc="Slide of the query's window in simulated seconds, up to the window's range; the latency "
-                  "target follows it.  A change restarts the query from its checkpoint."),
-        Param("target_s", float, low=0, label="latency target (sim s)", step=0.25,
-              doc="Latency bound of the admission controller in simulated seconds, without changing the "
-                  "window (0 = the running mean of past maximum latencies)."),
-        Param("policy", str, choices=("lmstream", "asap", "fixed"), restart=True, label="policy",
-              doc="Admission policy: lmstream (admit when the latency bound is reached), asap (admit "
-                  "everything pending at once), fixed (static trigger).  A switch to or from fixed "
-                  "restarts the query from its checkpoint."),
-        Param("rate_scale", float, low=0, low_open=True, log_scale=True, step=0.25, label="traffic rate ×",
-              doc="Factor on the offered traffic rate of the generator."),
-    )
 
     def __init__(
         self,
@@ -322,151 +309,6 @@ class LiveStream(Tunable):
         with self._lock:
             return list(self._callbacks)
 
-    # ------------------------------------------------------------------ live setters
-    def set_target(self, target_s: float) -> None:
-        """Change the latency bound (simulated seconds) without touching the query's window.
-
-        Applies from the next admission and is recorded with that batch.  ``0``
-        makes the target the running mean of past maximum latencies (the
-        tumbling-window rule).
-        """
-        if self.controller is None:
-            raise ConfigError(f"policy {self.policy.name!r} has no latency bound to change")
-        if isinstance(target_s, bool) or not isinstance(target_s, (int, float)) or not target_s >= 0:
-            raise ConfigError(f"latency target must be >= 0 seconds (0 = running mean), got {target_s!r}")
-        self.controller.set_slide(float(target_s) / self.speedup)
-        if self.optimizer is not None:
-            self.optimizer.set_target_latency(controller_target_s(float(target_s), self.speedup))
-
-    def set_slide(self, slide_s: float) -> None:
-        """Change the window slide (simulated seconds): the query's window and the latency bound.
-
-        The latency bound follows at once (next admission).  The query's window
-        can only change by restarting the query: that happens here, at a
-        micro-batch boundary, from the query's checkpoint (no row lost or
-        processed twice), and is recorded as a ``window_slide_s`` change with
-        the first batch of the restarted query.  Windows already open keep the
-        rows they hold; new rows go to the windows of the new slide.
-        """
-        new_workload = self.workload.with_slide(slide_s)
-        if new_workload is not self.workload and self.placement.strategy.fixed_window:
-            raise ConfigError(
-                f"the twin executor's window is fixed for the run: cannot change the slide to {slide_s:g} s "
-                "in twin mode (change the latency target instead)"
-            )
-        old = self.slide_s
-        if self.controller is not None:
-            self.set_target(new_workload.slide_s)
-        elif self.optimizer is not None:
-            self.optimizer.set_target_latency(new_workload.slide_s / self.speedup)
-        if new_workload is self.workload:
-            return
-        self.slide_s = new_workload.slide_s
-        self._restart_query("window_slide_s", old, new_workload.slide_s, workload=new_workload)
-
-    def set_policy(self, name: str, *, trigger_s: Optional[float] = None) -> None:
-        """Switch the admission policy live (``lmstream``, ``asap`` or ``fixed``).
-
-        A switch that changes Spark's trigger (to or from ``fixed``) restarts
-        the query from its checkpoint at a micro-batch boundary; the others take
-        effect at the next admission.  The change is recorded with the first
-        batch of the new policy.  The LMStream controller keeps what it learned
-        across switches.
-        """
-        policy = get_policy(name, trigger_s=trigger_s)
-        old = self.policy
-        if policy == old:
-            return
-        if policy.uses_controller:
-            if self._lm_controller is None:
-                self._lm_controller = policy.make_gate(slide_s=self.slide_s / self.speedup,
-                                                       controller_params=self._controller_params)
-            gate = self._lm_controller
-        else:
-            gate = policy.make_gate(slide_s=0.0)
-        gate.bind_changelog(self.changelog)
-        if policy.trigger_s != old.trigger_s:
-            # Spark's trigger changes only with a restart (before start: only the configuration)
-            self._restart_query("policy", old.name, policy.name, policy=policy, gate=gate,
-                                trigger_s=policy.trigger_s)
-            return
-        with self._lock:
-            self.policy, self.gate = policy, gate
-            self.log_change("policy", policy.name, old=old.name)
-
-    def set_inflection_point(self, nbytes: float) -> None:
-        """Set the inflection point by hand (bytes); it freezes the optimizer until :meth:`release_optimizer`."""
-        self.placement.set_inflection_point(nbytes)
-
-    def freeze_optimizer(self) -> None:
-        """Keep the current inflection point (the optimizer stops proposing)."""
-        self._need_optimizer().freeze()
-
-    def release_optimizer(self) -> None:
-        """Let the optimizer tune the inflection point again."""
-        self._need_optimizer().release()
-
-    def _need_optimizer(self):
-        if self.optimizer is None:
-            raise ConfigError("this stream runs without the inflection-point optimizer")
-        return self.optimizer
-
-    def set_rate_scale(self, factor: float) -> None:
-        """Scale the offered traffic rate of the running generator."""
-        if not isinstance(self.feed, FeedGenerator):
-            raise ConfigError("the offered rate can only be changed for generated traffic")
-        self.feed.set_rate_scale(factor)
-        self.log_change("rate_scale", float(factor))
-
-    def set_param(self, name: str, value: Any) -> None:
-        """Set one of the stream's declared parameters (see :attr:`PARAMS`) through its setter."""
-        self.param(name)
-        {"slide_s": self.set_slide, "target_s": self.set_target, "policy": self.set_policy,
-         "rate_scale": self.set_rate_scale}[name](value)
-
-    # ------------------------------------------------------------------ declared controls
-    @property
-    def rate_scale(self) -> float:
-        """The factor on the generated traffic's rate (1.0 without generated traffic)."""
-        scale = getattr(self.feed, "rate_scale", None)
-        scale = getattr(self.traffic, "scale", None) if scale is None else scale
-        return float(scale) if scale is not None else 1.0
-
-    def disabled_reason(self, name: str) -> Optional[str]:
-        workload = self.workload.name
-        if name == "slide_s":
-            if self.workload.slide_s == 0:
-                return f"workload {workload} has a tumbling window: its slide cannot change"
-            if self.workload.query_for_slide is None:
-                return f"workload {workload} has a fixed window: its slide cannot change"
-            if self.placement.strategy.fixed_window:
-                return "the twin executor's window is fixed for the run: change the latency target instead"
-        if name == "target_s" and self.controller is None:
-            return f"policy {self.policy.name!r} has no admission controller, so no latency target"
-        if name == "rate_scale" and self.traffic is None:
-            return "the input is read from a directory: there is no generated traffic to scale"
-        return None
-
-    def controls(self) -> list[Control]:
-        """The live parameters a view draws: the stream's, the placement's, then the plug-ins'."""
-        window = float(self.workload.window_range_s or 0)
-        target = self.controller.target_s * self.speedup if self.controller is not None else None
-        own = {
-            "slide_s": (self.slide_s, 0.5, max(window, self.slide_s, 1.0)),
-            "target_s": (self.slide_s if target is None else target, 0.0,
-                         max(window, 2 * self.slide_s, 2 * (target or 0.0), 1.0)),
-            "policy": (self.policy.name, None, None),
-            "rate_scale": (self.rate_scale, 2.0**-3, 2.0**3),
-        }
-        declared = {
-            p.name: Control(p.name, p, own[p.name][0], lambda v, n=p.name: self.set_param(n, v),
-                            self.disabled_reason(p.name), "stream", low=own[p.name][1], high=own[p.name][2])
-            for p in self.PARAMS
-        }
-        inflection, optimizer = self.placement.controls()
-        plugins = [c for controller in self.controllers[2:] for c in controller.controls()]
-        return [inflection, *declared.values(), optimizer, *plugins]
-
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> "LiveStream":
         """Create the run directory, start Spark, the feed and the query."""
@@ -489,7 +331,8 @@ class LiveStream(Tunable):
         if self.read_mode == "auto":
             self.read_mode = "driver" if self.engine.is_local else "executors"
         try:
-            self.placement.use(self._resolve_device_mode(), self.workload, engine=self.engine,
+            self.placement.use(device_mode_for(self._requested_device_mode, self.workload.name,
+                                               rapids_loaded=lambda: self.engine.rapids_loaded()), self.workload, engine=self.engine,
                                read_span=self.spool.read_table)
             self._started = True
             self.placement.strategy.start(self.run_dir, committed)
@@ -592,23 +435,6 @@ class LiveStream(Tunable):
                     self.book.mode = resume_mode if resume_mode != HOLD else RUN
                     self._batch_done.notify_all()
 
-    def _resolve_device_mode(self) -> DeviceMode:
-        requested = self._requested_device_mode
-        rapids_loaded = requested in ("auto", "rapids") and self.engine.rapids_loaded()
-        twin_available, cudf_ok, cudf_reason = False, False, ""
-        if requested in ("auto", "twin"):
-            from .twin import twin_program
-
-            twin_available = twin_program(self.workload.name) is not None
-            if twin_available:
-                from .twin.backends import cudf_available
-
-                cudf_ok, cudf_reason = cudf_available()
-        return resolve_device_mode(
-            requested, rapids_loaded=rapids_loaded, twin_available=twin_available,
-            cudf_ok=cudf_ok, cudf_reason=cudf_reason, workload=self.workload.name,
-        )
-
     def _start_feed(self) -> None:
         """Start the generator or the ingest adapter, once.
 
@@ -620,31 +446,10 @@ class LiveStream(Tunable):
         with self._lock:
             if self.feed is not None or self._stopped:
                 return
-            self._create_feed()
+            self.feed = make_feed(self.workload, self.spool, input_dir=self.input_dir, traffic=self.traffic,
+                                  speedup=self.speedup, seed=self.seed, duration_s=self.duration_s,
+                                  run_dir=self.run_dir)
             self.feed.start()
-
-    def _create_feed(self) -> None:
-        if self.input_dir is not None:
-            from .feed.ingest import DirectoryIngest
-
-            self.feed = DirectoryIngest(self.input_dir, self.spool, checks=self.workload.checks,
-                                        dead_letter=self.run_dir / "dead_letter.jsonl")
-        else:
-            self.feed = FeedGenerator(self.spool, self.traffic, self.workload.make_rows, speedup=self.speedup,
-                                      seed=self.seed, duration_s=self.duration_s,
-                                      start_second=self._next_generator_second())
-
-    def _next_generator_second(self) -> int:
-        """Continue the simulated clock of a resumed run after its last dataset."""
-        column = self.workload.time_column
-        if column is None or self.spool.end_seq == 0:
-            return 0
-        last = self.spool.read_table(self.spool.end_seq - 1, self.spool.end_seq)
-        if last.num_rows == 0:
-            return 0
-        import pyarrow.compute as pc
-
-        return int(pc.max(last[column]).as_py()) + 1
 
     def _write_run_info(self, previous: dict, **extra) -> None:
         info = {

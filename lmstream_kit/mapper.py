@@ -74,7 +74,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 
 from .exceptions import ConfigError
-from .protocol import BATCH, Param, Tunable
+from .protocol import BATCH, Param, Tunable, positive
 
 __all__ = [
     "BASE_COSTS",
@@ -343,12 +343,7 @@ class DevicePlan:
         )
 
 
-def _positive(name: str, value, allow_zero: bool = False) -> float:
-    ok_type = isinstance(value, (int, float)) and not isinstance(value, bool)
-    if not ok_type or not math.isfinite(value) or value < 0 or (value == 0 and not allow_zero):
-        bound = ">= 0" if allow_zero else "> 0"
-        raise ConfigError(f"{name} must be a finite number {bound}, got {value!r}")
-    return float(value)
+_positive = positive
 
 
 def _margin(op_class: str) -> float:

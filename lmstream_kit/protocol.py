@@ -44,6 +44,7 @@ __all__ = [
     "Control",
     "Param",
     "Tunable",
+    "positive",
 ]
 
 #: a change the gate reads: in force from the next admitted batch
@@ -52,6 +53,22 @@ ADMISSION = "admission"
 BATCH = "batch"
 
 _MISSING = object()
+
+
+def positive(name: str, value: Any, *, allow_zero: bool = False) -> float:
+    """``value`` as a float when it is a finite number > 0 (>= 0 with ``allow_zero``), else ConfigError.
+
+    >>> positive("rate", 2), positive("cost", 0, allow_zero=True)
+    (2.0, 0.0)
+    >>> positive("rate", True)
+    Traceback (most recent call last):
+    ...
+    lmstream_kit.exceptions.ConfigError: rate must be a finite number > 0, got True
+    """
+    ok = isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
+    if not ok or value < 0 or (value == 0 and not allow_zero):
+        raise ConfigError(f"{name} must be a finite number {'>= 0' if allow_zero else '> 0'}, got {value!r}")
+    return float(value)
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 from typing import Mapping, Optional
 
-from ..exceptions import EngineError, JavaNotFoundError
+from ..exceptions import EngineError, JavaNotFoundError, one_line
 
 #: confs applied to every session the kit creates; callers can override any
 DEFAULT_CONF: dict[str, str] = {
@@ -107,7 +107,7 @@ def build_session(
     try:
         spark = builder.getOrCreate()
     except Exception as exc:  # JVM failed to start, master unreachable, ...
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        first = one_line(exc)
         raise EngineError(f"could not start Spark (master {master}): {first}") from exc
     spark.sparkContext.setLogLevel(log_level)
     register_source(spark)

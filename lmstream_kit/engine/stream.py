@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 from typing import Callable, Optional
 
-from ..exceptions import EngineError
+from ..exceptions import EngineError, one_line
 from .source import SOURCE_NAME
 
 
@@ -38,7 +38,7 @@ def start_query(
     try:
         return writer.start()
     except Exception as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        first = one_line(exc)
         raise EngineError(f"could not start query {name}: {first}") from exc
 
 

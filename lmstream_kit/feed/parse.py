@@ -29,7 +29,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.csv as pa_csv
 
-from .validate import _convert_python, _convert_strings, _one_line, _Rejects, _whole, apply_checks
+from ..exceptions import one_line as _one_line
+from .validate import _convert_python, _convert_strings, _Rejects, _whole, apply_checks
 
 __all__ = ["parse_file"]
 

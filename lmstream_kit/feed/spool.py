@@ -34,6 +34,8 @@ Example
 
 from __future__ import annotations
 
+from ..exceptions import one_line
+
 import base64
 import json
 import os
@@ -67,10 +69,6 @@ def _data_path(seq: int) -> str:
     return f"{_DATA}/{seq:012d}.arrow"
 
 
-def _one_line(exc: BaseException) -> str:
-    # Arrow and OS errors can span several lines; our messages must be one line.
-    text = str(exc).strip() or type(exc).__name__
-    return text.splitlines()[0]
 
 
 @dataclass(frozen=True)
@@ -145,7 +143,7 @@ def resolve_location(location: str | os.PathLike) -> tuple[pafs.FileSystem, str,
         try:
             fs, root = pafs.FileSystem.from_uri(text)
         except (pa.ArrowException, OSError, ValueError) as exc:
-            raise SpoolError(f"cannot open spool at {text}: {_one_line(exc)}") from exc
+            raise SpoolError(f"cannot open spool at {text}: {one_line(exc)}") from exc
         return fs, root.rstrip("/") or "/", text
     root = os.path.abspath(os.path.expanduser(text))
     return pafs.LocalFileSystem(), root, root
@@ -178,7 +176,7 @@ def _read_ipc_file(fs: pafs.FileSystem, full_path: str) -> Iterator[pa.RecordBat
     except FileNotFoundError as exc:
         raise SpoolError(f"spool data file {full_path} is missing") from exc
     except (pa.ArrowException, OSError) as exc:
-        raise SpoolError(f"cannot read spool data file {full_path}: {_one_line(exc)}") from exc
+        raise SpoolError(f"cannot read spool data file {full_path}: {one_line(exc)}") from exc
     yield from batches
 
 
@@ -306,7 +304,7 @@ class Spool:
         except SpoolError:
             raise
         except (pa.ArrowException, OSError) as exc:
-            raise SpoolError(f"cannot write spool at {self._location}: {_one_line(exc)}") from exc
+            raise SpoolError(f"cannot write spool at {self._location}: {one_line(exc)}") from exc
 
     def _read_meta(self, meta_path: str) -> pa.Schema:
         try:
@@ -314,7 +312,7 @@ class Spool:
                 meta = json.loads(f.read().decode("utf-8"))
             schema = ipc.read_schema(pa.py_buffer(base64.b64decode(meta["schema"])))
         except (pa.ArrowException, OSError, ValueError, KeyError, TypeError) as exc:
-            raise SpoolError(f"cannot read spool metadata at {self._location}: {_one_line(exc)}") from exc
+            raise SpoolError(f"cannot read spool metadata at {self._location}: {one_line(exc)}") from exc
         version = meta.get("version")
         if version != SPOOL_FORMAT_VERSION:
             raise SpoolError(
@@ -341,7 +339,7 @@ class Spool:
             with self.filesystem.open_output_stream(self._full(_INDEX), compression=None):
                 pass
         except (pa.ArrowException, OSError) as exc:
-            raise SpoolError(f"cannot write spool at {self._location}: {_one_line(exc)}") from exc
+            raise SpoolError(f"cannot write spool at {self._location}: {one_line(exc)}") from exc
 
     def _open_for_append(self) -> None:
         index_path = self._full(_INDEX)
@@ -362,7 +360,7 @@ class Spool:
                 f"({self.filesystem.type_name}) does not support append streams"
             ) from exc
         except (pa.ArrowException, OSError) as exc:
-            raise SpoolError(f"cannot write spool at {self._location}: {_one_line(exc)}") from exc
+            raise SpoolError(f"cannot write spool at {self._location}: {one_line(exc)}") from exc
 
     def _write_empty_index(self, index_path: str) -> None:
         with self.filesystem.open_output_stream(index_path, compression=None):
@@ -464,7 +462,7 @@ class Spool:
                 if self.durable and self._is_local:
                     _fsync_path(self._full(_INDEX))
             except (pa.ArrowException, OSError) as exc:
-                raise SpoolError(f"cannot append to spool at {self._location}: {_one_line(exc)}") from exc
+                raise SpoolError(f"cannot append to spool at {self._location}: {one_line(exc)}") from exc
             # We wrote the line ourselves: account for it without re-reading.
             self._offset += len(line)
             self._add(info)
@@ -493,7 +491,7 @@ class Spool:
             return table.select(schema.names).cast(schema)
         except (pa.ArrowException, ValueError) as exc:
             raise SpoolError(
-                f"data does not fit the schema of spool at {self._location}: {_one_line(exc)}"
+                f"data does not fit the schema of spool at {self._location}: {one_line(exc)}"
             ) from exc
 
     def close(self) -> None:
@@ -548,7 +546,7 @@ class Spool:
             except FileNotFoundError as exc:
                 raise SpoolError(f"spool index {index_path} is missing") from exc
             except (pa.ArrowException, OSError) as exc:
-                raise SpoolError(f"cannot read spool index {index_path}: {_one_line(exc)}") from exc
+                raise SpoolError(f"cannot read spool index {index_path}: {one_line(exc)}") from exc
             end = chunk.rfind(b"\n")
             if end < 0:
                 return []
@@ -561,7 +559,7 @@ class Spool:
                     info = DatasetInfo.from_json(json.loads(raw))
                 except (ValueError, KeyError, TypeError) as exc:
                     raise SpoolError(
-                        f"corrupt line for dataset {expected} in spool index {index_path}: {_one_line(exc)}"
+                        f"corrupt line for dataset {expected} in spool index {index_path}: {one_line(exc)}"
                     ) from exc
                 if info.seq != expected:
                     raise SpoolError(

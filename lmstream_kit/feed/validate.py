@@ -36,9 +36,6 @@ _CAST_CHUNK = 4096  # rows per cast attempt; a bad value costs per-value casts o
 _SHOW_MAX = 80
 
 
-def _one_line(exc: BaseException) -> str:
-    text = str(exc).strip() or type(exc).__name__
-    return text.splitlines()[0]
 
 
 def _show(value: Any) -> str:

@@ -31,7 +31,7 @@ import pyarrow.fs as pafs
 from lmstream_kit.exceptions import IngestError
 
 from .spool import Spool
-from .validate import _one_line
+from ..exceptions import one_line as _one_line
 
 __all__ = ["DEFAULT_PATTERNS", "MANIFEST_NAME", "DirectoryWatch", "Manifest"]
 

@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from ..exceptions import ConfigError
+from ..protocol import positive as _positive
 
 __all__ = [
     "GRID_STEP",
@@ -344,10 +345,6 @@ def fit_proposal(
 # ---------------------------------------------------------------------------
 
 
-def _positive(name: str, value: Any) -> float:
-    if not _is_real(value) or value <= 0:
-        raise ConfigError(f"{name} must be a finite number > 0, got {value!r}")
-    return float(value)
 
 
 def _check_bounds(value: Any) -> tuple[float, float]:

@@ -1,0 +1,37 @@
+"""Build a stream's feed: the generator of a traffic pattern, or the ingest of a directory.
+
+A resumed generator continues the simulated clock after the spool's last dataset.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Optional
+
+from .spool import Spool
+from .traffic import FeedGenerator, Traffic
+
+__all__ = ["make_feed", "next_generator_second"]
+
+
+def make_feed(workload: Any, spool: Spool, *, input_dir: Optional[Path], traffic: Optional[Traffic],
+              speedup: float, seed: int, duration_s: Optional[float], run_dir: Path):
+    """The feed of ``workload`` into ``spool`` (not started): ingest of ``input_dir``, else generated traffic."""
+    if input_dir is not None:
+        from .ingest import DirectoryIngest
+
+        return DirectoryIngest(input_dir, spool, checks=workload.checks, dead_letter=Path(run_dir) / "dead_letter.jsonl")
+    return FeedGenerator(spool, traffic, workload.make_rows, speedup=speedup, seed=seed, duration_s=duration_s,
+                         start_second=next_generator_second(spool, workload.time_column))
+
+
+def next_generator_second(spool: Spool, time_column: Optional[str]) -> int:
+    """The simulated second after the spool's last dataset (0 for an empty spool or no time column)."""
+    if time_column is None or spool.end_seq == 0:
+        return 0
+    last = spool.read_table(spool.end_seq - 1, spool.end_seq)
+    if last.num_rows == 0:
+        return 0
+    import pyarrow.compute as pc
+
+    return int(pc.max(last[time_column]).as_py()) + 1
