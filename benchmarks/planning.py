@@ -105,6 +105,7 @@ def main() -> None:
 
     from lmstream_kit.engine.plan import streaming_plan_dag  # noqa: F401  (import check before Spark starts)
     from lmstream_kit.engine.session import build_session, spark_version
+    from lmstream_kit.record import plan_of
 
     spark = build_session(master="local[2]", app_name="lmstream_kit-planning-bench")
     results = {}
@@ -120,7 +121,7 @@ def main() -> None:
                                                    root=Path(tmp))
                     per["cache" if cache else "nocache"] = summarize(data)
                     if cache:
-                        plan = next((json.loads(r["device_plan"]) for r in data if r.get("device_plan")), None)
+                        plan = next((plan_of(r) for r in data if r.get("device_plan")), None)
                         per["operators"] = len(plan["entries"]) if plan else 0
                         per["optimizer"] = {k: opt.get(k) for k in (
                             "fits_requested", "fits_run", "fits_skipped", "fits_coalesced", "skip_reasons",

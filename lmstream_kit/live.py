@@ -30,7 +30,7 @@ from .placement import Placement
 from .policies import get_policy
 from .stream_controls import StreamControls
 from .protocol import ADMISSION, BATCH, BatchContext, BatchController, ChangeLog, Param
-from .record import BatchRecord, batch_bytes, controller_target_s, latency_bound, summarize
+from .record import FIELD_DOCS, BatchRecord, batch_bytes, controller_target_s, latency_bound, summarize
 from .workloads import Workload, get_workload
 
 BatchCallback = Callable[[dict], None]
@@ -251,6 +251,13 @@ class LiveStream(StreamControls):
         with self._lock:
             self._plugins.append(controller)
         return controller
+
+    def record_fields(self) -> dict[str, str]:
+        """Every field this stream's records can carry, with what it means (plug-ins' included)."""
+        fields = {k: v for k, v in FIELD_DOCS.items() if k != "extra"}
+        for controller in self.controllers:
+            fields.update(controller.FIELDS)
+        return fields
 
     mapper = property(lambda self: self.placement.mapper, doc="The device mapper.")
     optimizer = property(lambda self: self.placement.optimizer, doc="The inflection optimizer, or None.")

@@ -274,7 +274,7 @@ class Placement(BatchController):
             "device_mode": self.mode.mode,
             "inflection_point": placed["inflection_point"],
             "partition_bytes": placed["partition_bytes"],
-            "device_plan": plan.to_json(),
+            "device_plan": plan.to_dict(),
             "gpu_ops": sum(1 for d in plan.devices if d == "GPU"),
             "plan_cache": "hit" if hit else "miss",
             "planning_s": planning_s,

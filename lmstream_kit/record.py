@@ -27,6 +27,8 @@ __all__ = [
     "controller_target_s",
     "fields_markdown",
     "latency_bound",
+    "net_processing",
+    "plan_of",
     "summarize",
 ]
 
@@ -102,8 +104,9 @@ class BatchRecord:
     device_mode: str | None = _doc("how the device plan is carried out (advisory, rapids, twin)", keep_none=False)
     inflection_point: float | None = _doc("the mapper's inflection point (bytes)", keep_none=False)
     partition_bytes: float | None = _doc("bytes per partition the mapper saw", keep_none=False)
-    device_plan: str | None = _doc("the device plan (JSON: entries with op, class, device, reason)",
-                                      keep_none=False)
+    device_plan: Mapping[str, Any] | None = _doc(
+        "the device plan: entries (id, exec, class, device, reason, children), inflection point, partition bytes",
+        keep_none=False)
     gpu_ops: int | None = _doc("operators the plan puts on the GPU", keep_none=False)
     plan_cache: str | None = _doc("hit or miss of the per-query DAG cache", keep_none=False)
     planning_s: float | None = _doc("seconds spent extracting the operator DAG", keep_none=False)
@@ -151,8 +154,8 @@ class BatchRecord:
         else:
             oldest = max_latency = avg_latency = buffering = None
         within = None if max_latency is None or bound_s is None else max_latency <= bound_s
+        net = net_processing({"processing_s": processing, **fields})
         plugin = {k: fields.pop(k) for k in list(fields) if k not in FIELD_DOCS or k == "extra"}
-        inside = (fields.get("mapping_s") or 0.0) + (fields.get("optimizer_s") or 0.0)
         return cls(
             batch_id=int(batch_id),
             policy=policy,
@@ -169,7 +172,7 @@ class BatchRecord:
             throughput_rows_s=rows / processing if processing > 0 else None,
             bound_s=bound_s,
             within_bound=within,
-            net_processing_s=processing - inside,
+            net_processing_s=net,
             changes=tuple(dict(c) for c in changes) if changes else None,
             extra={**(extra or {}), **plugin},
             **fields,
@@ -195,6 +198,8 @@ class BatchRecord:
         kwargs = {k: v for k, v in data.items() if k in known}
         if kwargs.get("changes") is not None:
             kwargs["changes"] = tuple(kwargs["changes"])
+        if kwargs.get("device_plan") is not None:
+            kwargs["device_plan"] = plan_of(kwargs)
         return cls(**kwargs, extra={k: v for k, v in data.items() if k not in known})
 
 
@@ -213,6 +218,41 @@ def fields_markdown() -> str:
     lines = ["| field | meaning |", "|---|---|"]
     lines += [f"| `{name}` | {doc} |" for name, doc in FIELD_DOCS.items() if name != "extra"]
     return "\n".join(lines)
+
+
+def net_processing(record: Mapping[str, Any]) -> float | None:
+    """Processing time net of device mapping and waiting for the optimizer (both spent inside it).
+
+    Records written before ``net_processing_s`` existed get it from their parts.
+
+    >>> net_processing({"processing_s": 1.0, "mapping_s": 0.25, "optimizer_s": None})
+    0.75
+    >>> net_processing({"processing_s": 1.0, "net_processing_s": 0.5}), net_processing({}) is None
+    (0.5, True)
+    """
+    stored = _num(record.get("net_processing_s"))
+    if stored is not None:
+        return stored
+    processing = _num(record.get("processing_s"))
+    if processing is None:
+        return None
+    return processing - (_num(record.get("mapping_s")) or 0.0) - (_num(record.get("optimizer_s")) or 0.0)
+
+
+def plan_of(record: Mapping[str, Any]) -> dict | None:
+    """The record's device plan as a dict (records written before it was structured hold JSON text).
+
+    >>> plan_of({"device_plan": '{"entries": []}'}), plan_of({"device_plan": {"entries": []}}), plan_of({})
+    ({'entries': []}, {'entries': []}, None)
+    """
+    plan = record.get("device_plan")
+    if plan is None or (isinstance(plan, float) and math.isnan(plan)):
+        return None
+    if isinstance(plan, (str, bytes)):
+        import json
+
+        return json.loads(plan)
+    return dict(plan)
 
 
 def batch_bytes(datasets: Iterable[Any]) -> int:

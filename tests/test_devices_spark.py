@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
 from lmstream_kit.exceptions import ConfigError
 from lmstream_kit.live import LiveStream
 from lmstream_kit.metrics import load_metrics, read_run_info
+from lmstream_kit.record import plan_of
 
 pytestmark = pytest.mark.spark
 
@@ -31,7 +30,7 @@ def test_every_batch_records_the_device_plan_of_its_real_streaming_plan(spark, t
     finally:
         s.stop(drain=False)
     records = data_records(s)
-    first = json.loads(records[0]["device_plan"])
+    first = plan_of(records[0])
     names = [e["exec_name"] for e in first["entries"]]
     # the micro-batch's IncrementalExecution, not foreachBatch's RDD scan of its result
     for name in ("HashAggregateExec", "ShuffleExchangeExec", "StateStoreSaveExec", "StateStoreRestoreExec",
@@ -59,7 +58,7 @@ def test_every_batch_records_the_device_plan_of_its_real_streaming_plan(spark, t
     assert all(r["inflection_point"] == 150 * 1024 for r in before)
     assert all(r["inflection_point"] == 1024 for r in after)
     for r in after:
-        plan = json.loads(r["device_plan"])
+        plan = plan_of(r)
         classified = [e for e in plan["entries"] if e["op_class"] is not None]
         assert classified and all(e["device"] == "GPU" for e in classified)
         assert r["gpu_ops"] == len(classified)

@@ -8,6 +8,12 @@ import importlib
 import pytest
 
 MODULES = [
+    "lmstream_kit.units",
+    "lmstream_kit.stats",
+    "lmstream_kit.record",
+    "lmstream_kit.protocol",
+    "lmstream_kit.exceptions",
+    "lmstream_kit.admission",
     "lmstream_kit.bench",
     "lmstream_kit.cpu",
     "lmstream_kit.controller",
@@ -39,6 +45,7 @@ MODULES = [
     "widgets",
     "widgets.figures",
     "widgets.dashboard",
+    "widgets.status",
 ]
 
 

@@ -21,6 +21,8 @@ from pathlib import Path
 
 import pytest
 
+from lmstream_kit.record import plan_of
+
 pytestmark = pytest.mark.notebook
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -139,7 +141,7 @@ def check_dynamic_batching(nb, run_dir: Path, summary: dict) -> None:
 
 def check_device_mapping(nb, run_dir: Path, summary: dict) -> None:
     records = data_records(metrics_of(run_dir)["."])
-    plans = [json.loads(r["device_plan"]) for r in records if r.get("device_plan")]
+    plans = [plan_of(r) for r in records if r.get("device_plan")]
     assert plans, "no device plan recorded"
     assert len(plans[-1]["entries"]) == summary["operators"] >= 5
     info = json.loads((run_dir / "run.json").read_text())

@@ -47,6 +47,8 @@ def test_a_toy_controller_unplugged_in_any_other_module_reaches_record_log_and_c
     assert s.changelog.pending()[-1].to_dict()["param"] == "rowcounter.scale"
     with pytest.raises(ValueError, match="rowcounter.scale must be <= 10, got 11"):
         control.setter(11)
+    fields = s.record_fields()
+    assert fields["scaled_rows"] == "counted_rows times scale" and "max_latency_s" in fields
     if s.optimizer is not None:
         s.optimizer.close()
 

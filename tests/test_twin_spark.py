@@ -23,6 +23,7 @@ from lmstream_kit.feed.spool import Spool
 from lmstream_kit.feed.traffic import Traffic
 from lmstream_kit.live import LiveStream
 from lmstream_kit.mapper import DeviceMapper, DevicePlan, exec_class
+from lmstream_kit.record import plan_of
 from lmstream_kit.twin import TwinExecutor, twin_program
 from lmstream_kit.workloads import get_workload
 
@@ -116,7 +117,7 @@ def assert_dag_mirrors_sparks(run: Path, name: str, spark) -> None:
 
     planned = [r["device_plan"] for r in records(run) if r.get("device_plan")]
     assert planned, "advisory mode records Spark's plan of every data batch"
-    names = [e.exec_name for e in DevicePlan.from_dict(json.loads(planned[-1])).entries]
+    names = [e.exec_name for e in DevicePlan.from_dict(plan_of({"device_plan": planned[-1]})).entries]
     workload = get_workload(name)
     if workload.finish_batch is not None:  # part of the batch's plan, after the streaming query
         empty = spark.createDataFrame([], _spark_schema(twin_program(name).output_schema))

@@ -21,7 +21,9 @@ still builds: ``figures`` and ``controls`` are empty, its text form is the
 status line and the latency of the last batches, and :meth:`Dashboard.snapshot`
 still returns static figures.
 
-Nothing here imports pyspark or :mod:`lmstream_kit.live`.
+Nothing here imports pyspark or :mod:`lmstream_kit.live`.  The parts it composes:
+:mod:`widgets.sources` (records), :mod:`widgets.redraw` (when and how figures are
+redrawn), :mod:`widgets.panel` (controls) and :mod:`widgets.status` (status text).
 
 >>> format_bytes(150 * 1024), format_bytes(64 * 1024 * 1024), format_bytes(512)
 ('150.0 KiB', '64.0 MiB', '512 B')
@@ -30,11 +32,9 @@ Nothing here imports pyspark or :mod:`lmstream_kit.live`.
 from __future__ import annotations
 
 import html
-import json
 import math
 import os
 import threading
-import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -42,14 +42,10 @@ from typing import Any
 import plotly.graph_objects as go
 
 from lmstream_kit.exceptions import ConfigError
-from lmstream_kit.metrics import METRICS_FILE, read_jsonl, read_run_info
 from lmstream_kit.units import format_bytes
 
-from . import status_line
-from .controls import SlowApplier, make_widget, show_value
 from .figures import (
     batch_size_figure,
-    change_markers,
     device_plan_figure,
     inflection_figure,
     latency_figure,
@@ -57,6 +53,10 @@ from .figures import (
     throughput_figure,
     time_split_figure,
 )
+from .panel import ControlPanel
+from .redraw import Redraw
+from .sources import RecordBuffer, attach_live, detach_live, load_run
+from .status import _one_line, status_text
 
 __all__ = ["FIGURE_KEYS", "LIVE_CONTROLS", "Dashboard", "format_bytes"]
 
@@ -67,9 +67,6 @@ FIGURE_KEYS = ("latency", "batch_size", "throughput", "time_split", "inflection"
 #: replay mode has ``batch`` and ``play``
 LIVE_CONTROLS = ("inflection_point", "slide_s", "target_s", "policy", "rate_scale", "optimizer")
 
-_APPLYING = "applying…"
-_MAX_DRAW_SHARE = 0.25  # of wall time spent redrawing, at most
-_WIDGET_LAYOUT = frozenset({"template", "height", "width", "autosize"})  # the widget's own, kept
 _NOTEBOOK_HINT = "install the notebook extra: pip install 'lmstream_kit[notebook]'"
 
 
@@ -87,77 +84,18 @@ def _widgets_available() -> bool:
     return True
 
 
-def _one_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    line = text.splitlines()[0] if text else ""
-    if isinstance(exc, ConfigError):
-        return line or type(exc).__name__
-    return f"{type(exc).__name__}: {line}" if line else type(exc).__name__
+def _batch_figures(records: list[dict]) -> dict[str, go.Figure]:
+    """The pure figures of ``records`` but the device plan, keyed like :data:`FIGURE_KEYS`.
 
-
-def _plan_key(plan: dict | None) -> str:
-    return json.dumps(plan, sort_keys=True, default=str)
-
-
-def _clock(epoch: Any) -> str | None:
-    try:
-        value = float(epoch)
-    except (TypeError, ValueError):
-        return None
-    if not math.isfinite(value) or value <= 0:
-        return None
-    return time.strftime("%H:%M:%S", time.localtime(value))
-
-
-def _last_change(records: Sequence[Mapping]) -> str | None:
-    """``"batch 7 (12:00:01): slide_s=5"`` for the newest batch that recorded changes, else None."""
-    markers = change_markers(list(records))
-    if not markers:
-        return None
-    bid, label = markers[-1]
-    when = None
-    for rec in records:
-        if rec.get("batch_id") != bid:
-            continue
-        changes = rec.get("changes")
-        times = []
-        if isinstance(changes, list):
-            for c in changes:
-                if isinstance(c, Mapping):
-                    times.append(c.get("at", c.get("wall_time")))
-        when = next((t for t in map(_clock, reversed(times)) if t), None) or _clock(rec.get("completed_at"))
-    return f"batch {bid}" + (f" ({when})" if when else "") + f": {label}"
-
-
-def _copy_into(widget: Any, fig: go.Figure) -> None:
-    """Make ``widget`` (a FigureWidget) show ``fig``: traces and layout, in as few messages as possible.
-
-    Traces of the same number and types are updated in place in one
-    ``batch_update`` (properties the new trace lacks are reset); otherwise the
-    traces are replaced.  The template is not resent (both use the default), and
-    the widget keeps its own size (:data:`_WIDGET_LAYOUT`).
+    The builders are looked up in this module when called, so that tests can replace them here.
     """
-    new = list(fig.data)
-    same = len(widget.data) == len(new) and all(
-        type(a) is type(b) for a, b in zip(widget.data, new, strict=True)
-    )
-    if not same:
-        widget.data = []
-        if new:
-            widget.add_traces(new)
-    with widget.batch_update():
-        if same:
-            for old, trace in zip(widget.data, new, strict=True):
-                props = trace.to_plotly_json()
-                props.pop("type", None)
-                for key in set(old.to_plotly_json()) - set(props) - {"type", "uid"}:
-                    old[key] = None
-                old.update(props, overwrite=True)
-        layout = fig.layout.to_plotly_json()
-        layout.pop("template", None)
-        for key in set(widget.layout.to_plotly_json()) - set(layout) - _WIDGET_LAYOUT:
-            widget.layout[key] = None
-        widget.layout.update(layout, overwrite=True)
+    return {
+        "latency": latency_figure(records),
+        "batch_size": batch_size_figure(records),
+        "throughput": throughput_figure(records),
+        "time_split": time_split_figure(records),
+        "inflection": inflection_figure(records),
+    }
 
 
 class Dashboard:
@@ -229,30 +167,15 @@ class Dashboard:
             ok = False
         if not ok or isinstance(throttle_s, bool):
             raise ConfigError(f"throttle_s must be a finite number >= 0, got {throttle_s!r}")
-        self.throttle_s = float(throttle_s)
 
-        # lock order: _draw_lock, then _ui_lock, then _lock
-        self._lock = threading.Lock()  # records, pending records, redraw state
-        self._wake = threading.Condition(self._lock)
+        # lock order: _draw_lock, then _ui_lock, then the buffer's lock
+        self._buffer = RecordBuffer()  # its lock also guards the redraw state
+        self._redraw = Redraw(self._buffer, float(throttle_s))
         self._draw_lock = threading.RLock()  # figure mutation
         self._ui_lock = threading.RLock()  # control values and messages, status
-        self._suppress: set[str] = set()  # controls being set by the dashboard itself
-        self._by_id: dict[int, dict] = {}
-        self._pending: list[dict] = []
-        self._dirty = False
-        self._closed = False
-        self._last_draw = -math.inf
-        self._draw_s = 0.0  # how long the last redraw took
-        self._plan_key: str | None = None
-        self._plan_drawn = False
         self._redraw_thread: threading.Thread | None = None
-        self._slow = SlowApplier(self._apply, lambda: self._closed)
-        self._last_applied: tuple[str, Any, float] | None = None
-        self._tooltips: dict[str, str | None] = {}
         self.last_error: str | None = None
 
-        self.controls: dict[str, Any] = {}
-        self.errors: dict[str, Any] = {}
         self.figures: dict[str, Any] = {}
         self.status: Any = None
         self.widget: Any = None
@@ -263,7 +186,7 @@ class Dashboard:
         if isinstance(source, (str, os.PathLike)):
             self.mode = "replay"
             self.run_dir = Path(source)
-            self._load_run()
+            self.run_info = load_run(self.run_dir, self._buffer)
         elif callable(getattr(source, "controls", None)) and callable(getattr(source, "on_batch", None)):
             self.mode = "live"  # a LiveStream (not imported here: the dashboard needs no Spark)
             self.stream = source
@@ -272,66 +195,44 @@ class Dashboard:
             raise ConfigError(
                 f"Dashboard source must be a LiveStream or a run directory, got {type(source).__name__}"
             )
+        self._panel = ControlPanel(
+            self.stream,
+            ui_lock=self._ui_lock,
+            closed=lambda: self._buffer.closed,
+            applied=lambda: self._update_status(self._shown_records()),
+        )
+        self.controls: dict[str, Any] = self._panel.controls
+        self.errors: dict[str, Any] = self._panel.errors
 
         self._has_widgets = _widgets_available()
         if self._has_widgets:
             self._build()
         if self.mode == "live":
-            self._callback = self._on_record
-            self.stream.on_batch(self._callback)
-            with self._lock:  # after registering: no batch falls in between
-                for record in self.stream.records:
-                    self._by_id[int(record["batch_id"])] = dict(record)
+            self._callback = attach_live(self.stream, self._buffer)
         if self._has_widgets:
             try:
                 self._draw()
             except BaseException:
                 self.close()  # do not leave a callback registered on the stream
                 raise
-            self._last_draw = -math.inf  # the first batch is drawn at once
+            self._redraw.last_draw = -math.inf  # the first batch is drawn at once
             if self.mode == "live":
-                self._redraw_thread = threading.Thread(
-                    target=self._redraw_loop, name="lmstream-dashboard-redraw", daemon=True
-                )
-                self._redraw_thread.start()
+                self._redraw_thread = self._redraw.start(self._draw, self._redraw_failed)
+
+    @property
+    def throttle_s(self) -> float:
+        """Live mode: at most one redraw per ``throttle_s`` seconds."""
+        return self._redraw.throttle_s
+
+    @throttle_s.setter
+    def throttle_s(self, value: float) -> None:
+        self._redraw.throttle_s = value
 
     # ------------------------------------------------------------------ records
-    def _load_run(self) -> None:
-        path = self.run_dir / METRICS_FILE
-        if not self.run_dir.is_dir():
-            raise ConfigError(f"run directory {self.run_dir} does not exist")
-        self._pending = read_jsonl(path)
-        self._merge_locked()
-        if not self._by_id:
-            raise ConfigError(
-                f"run directory {self.run_dir} has no metrics ({METRICS_FILE} missing or empty)"
-            )
-        self.run_info = read_run_info(self.run_dir)
-
-    def _on_record(self, record: dict) -> None:
-        """The ``on_batch`` callback (Spark's thread): buffer the record and wake the redraw thread."""
-        with self._lock:
-            if self._closed:
-                return
-            self._pending.append(record)
-            self._dirty = True
-            self._wake.notify_all()
-
-    def _merge_locked(self) -> None:
-        """Move the pending records into ``_by_id`` (the newest record of a batch id wins)."""
-        for record in self._pending:
-            try:
-                self._by_id[int(record["batch_id"])] = dict(record)
-            except (KeyError, TypeError, ValueError):
-                continue  # not a batch record
-        self._pending.clear()
-
     @property
     def records(self) -> list[dict]:
         """All records received (live) or loaded (replay), sorted by batch id; one per batch id."""
-        with self._lock:
-            self._merge_locked()
-            return [self._by_id[b] for b in sorted(self._by_id)]
+        return self._buffer.records()
 
     def _shown_records(self) -> list[dict]:
         records = self.records
@@ -354,14 +255,14 @@ class Dashboard:
                 pass
             self.figures[key] = fig
         if self.mode == "live":
-            rows = self._build_live_controls(W)
+            rows = self._panel.build_live(W)
             title = (
                 f"<b>live</b> {html.escape(self.stream.workload.name)}, "
                 f"speedup {float(self.stream.speedup):g}×, "
                 f"run {html.escape(str(self.run_dir))}"
             )
         else:
-            rows = self._build_replay_controls(W)
+            rows = self._panel.build_replay(W, self._buffer.batch_ids(), self._replay_draw)
             title = f"<b>replay</b> {html.escape(str(self.run_dir))}"
         grid = W.GridBox(
             [self.figures[k] for k in FIGURE_KEYS],
@@ -370,177 +271,31 @@ class Dashboard:
         self.widget = W.VBox([W.HTML(value=title), self.status, W.VBox(rows), grid])
         self.widget.add_class("lmstream-dashboard")
 
-    def _control(self, W: Any, key: str, widget: Any, extra: Sequence[Any] = ()) -> Any:
-        widget.add_class(f"lmstream-{key}")
-        widget.style.description_width = "initial"
-        message = W.HTML(value="")
-        message.add_class(f"lmstream-error-{key}")
-        self.controls[key] = widget
-        self.errors[key] = message
-        self._tooltips[key] = widget.tooltip
-        widget.observe(lambda change, key=key: self._on_control(key, change), names="value")
-        return W.HBox([widget, *extra, message])
-
-    def _build_live_controls(self, W: Any) -> list:
-        rows = []
-        for control in self._declared().values():
-            widget, extra = make_widget(W, control)
-            rows.append(self._control(W, control.key, widget, extra))
-        self._sync_controls()
-        return rows
-
-    def _build_replay_controls(self, W: Any) -> list:
-        ids = sorted(self._by_id)
-        batch = W.IntSlider(
-            value=ids[-1], min=ids[0], max=ids[-1], step=1, description="batch",
-            continuous_update=False, tooltip="Show the records up to this batch.",
-        )
-        batch.add_class("lmstream-batch")
-        batch.style.description_width = "initial"
-        play = W.Play(value=ids[-1], min=ids[0], max=ids[-1], step=1, interval=500, description="play")
-        play.add_class("lmstream-play")
-        W.link((play, "value"), (batch, "value"))
-        self.controls["batch"] = batch
-        self.controls["play"] = play
-        batch.observe(lambda change: self._replay_draw(), names="value")
-        return [W.HBox([play, batch])]
-
-    # ------------------------------------------------------------------ live controls
-    def _declared(self) -> dict[str, Any]:
-        """The stream's declared controls by key (value in force, range, why disabled, setter)."""
-        return {c.key: c for c in self.stream.controls()}
-
-    def _set_control(self, key: str, value: Any) -> None:
-        """Show ``value`` on a control without calling the stream's setter."""
-        with self._ui_lock:
-            self._suppress.add(key)
-            try:
-                show_value(self.controls[key], value)
-            finally:
-                self._suppress.discard(key)
-
-    def _sync_controls(self, skip: Sequence[str] = ()) -> None:
-        """Show the stream's current values and which controls apply (never raises)."""
-        if self.mode != "live" or not self.controls:
-            return
-        busy = self._slow.busy()
-        try:
-            declared = self._declared()
-        except Exception:
-            return
-        with self._ui_lock:
-            for key, control in declared.items():
-                if key in skip or key in busy or key not in self.controls:
-                    continue
-                ctrl = self.controls[key]
-                self._set_control(key, control.value)
-                disabled = self._closed or control.disabled is not None
-                if ctrl.disabled != disabled:
-                    ctrl.disabled = disabled
-                tooltip = control.disabled if control.disabled is not None else self._tooltips.get(key)
-                if ctrl.tooltip != tooltip:
-                    ctrl.tooltip = tooltip
-
-    def _on_control(self, key: str, change: Mapping) -> None:
-        """A control's value changed (the kernel's thread): apply it unless the dashboard set it."""
-        with self._ui_lock:
-            if key in self._suppress:
-                return
-        if self._closed or key in ("batch", "play"):
-            return
-        control = self._declared().get(key)
-        if control is not None and control.param.restart:
-            self._message(key, _APPLYING, error=False)
-            self._slow.submit(key, change["new"])
-        else:
-            self._apply(key, change["new"])
-
-    def _message(self, key: str, text: str, *, error: bool) -> None:
-        with self._ui_lock:
-            widget = self.errors.get(key)
-            if widget is None:
-                return
-            if not text:
-                widget.value = ""
-            elif error:
-                widget.value = f'<span style="color:#B00020">⚠ {html.escape(text, quote=False)}</span>'
-            else:
-                widget.value = f'<span style="color:#7F7F7F">{html.escape(text, quote=False)}</span>'
-
-    def _apply(self, key: str, value: Any) -> None:
-        """Call the control's setter; on failure show its message and put the control back (never raises)."""
-        try:
-            self._declared()[key].setter(value)
-        except Exception as exc:  # a control error must never reach the kernel
-            self._message(key, _one_line(exc), error=True)
-            try:
-                self._set_control(key, self._declared()[key].value)
-            except Exception:
-                pass
-            return
-        self._message(key, "", error=False)
-        self._last_applied = (key, value, time.time())
-        try:
-            self._sync_controls()
-            self._update_status(self._shown_records())
-        except Exception:
-            pass
-
     def wait_applied(self, timeout: float = 30.0) -> bool:
         """Block until the queued slow changes (those that restart the query) are applied; False on timeout."""
-        return self._slow.wait(timeout)
+        return self._panel.wait(timeout)
 
     # ------------------------------------------------------------------ drawing
-    def _redraw_loop(self) -> None:
-        while True:
-            with self._wake:
-                while not self._dirty and not self._closed:
-                    self._wake.wait()
-                while not self._closed:
-                    gap = max(self.throttle_s, self._draw_s / _MAX_DRAW_SHARE)
-                    left = self._last_draw + gap - time.monotonic()
-                    if left <= 0:
-                        break
-                    self._wake.wait(left)
-                if self._closed:
-                    return
-            try:
-                self._draw()
-            except Exception as exc:  # keep drawing later batches; say why this one failed
-                self.last_error = _one_line(exc)
-                try:
-                    self._update_status(self._shown_records())
-                except Exception:
-                    pass
-
     def _draw(self) -> None:
         """Rebuild every figure from the records shown (the device plan only when it changed)."""
         with self._draw_lock:
-            with self._lock:
-                self._merge_locked()
-                self._dirty = False
-                self._last_draw = started = time.monotonic()
+            started = self._redraw.begin()
             records = self._shown_records()
             if self.figures:
-                built = {
-                    "latency": latency_figure(records),
-                    "batch_size": batch_size_figure(records),
-                    "throughput": throughput_figure(records),
-                    "time_split": time_split_figure(records),
-                    "inflection": inflection_figure(records),
-                }
-                for key, fig in built.items():
-                    _copy_into(self.figures[key], fig)
-                plan = latest_plan(records)
-                key = _plan_key(plan)
-                if not self._plan_drawn or key != self._plan_key:
-                    _copy_into(self.figures["device_plan"], device_plan_figure(plan))
-                    self._plan_key = key
-                    self._plan_drawn = True
+                built = _batch_figures(records)
+                self._redraw.show(self.figures, built, latest_plan(records), device_plan_figure)
             self.last_error = None
-            self._sync_controls()
+            self._panel.sync()
             self._update_status(records)
-            self._draw_s = time.monotonic() - started
+            self._redraw.done(started)
+
+    def _redraw_failed(self, exc: Exception) -> None:
+        """A background redraw raised: say why in the status (later batches are still drawn)."""
+        self.last_error = _one_line(exc)
+        try:
+            self._update_status(self._shown_records())
+        except Exception:
+            pass
 
     def _replay_draw(self) -> None:
         try:
@@ -556,31 +311,18 @@ class Dashboard:
     def _status_text(self, records: Sequence[Mapping]) -> str:
         if self.mode == "replay":
             info = self.run_info
-            ids = sorted(self._by_id)
+            ids = self._buffer.batch_ids()
             shown = int(records[-1]["batch_id"]) if records else None
             if "batch" in self.controls:
                 shown = self.controls["batch"].value
-            parts = [
+            head = [
                 f"replay: workload {info.get('workload', '?')}, policy {info.get('policy', '?')}",
                 f"batch {shown} of {ids[0]}–{ids[-1]}",
             ]
         else:
             s = self.stream
-            parts = [f"live: workload {s.workload.name}, policy {s.policy.name}"]
-        parts.append(status_line(records))
-        last = _last_change(records)
-        if last:
-            parts.append(f"last change: {last}")
-        if self._last_applied is not None:
-            key, value, at = self._last_applied
-            if key == "inflection_point":
-                value = format_bytes(value)
-            elif isinstance(value, float):
-                value = f"{value:g}"
-            parts.append(f"set {key}={value} at {_clock(at)}")
-        if self.last_error:
-            parts.append(f"redraw failed: {self.last_error}")
-        return " | ".join(parts)
+            head = [f"live: workload {s.workload.name}, policy {s.policy.name}"]
+        return status_text(head, records, last_applied=self._panel.last_applied, last_error=self.last_error)
 
     def _update_status(self, records: Sequence[Mapping]) -> None:
         if self.status is None:
@@ -600,42 +342,26 @@ class Dashboard:
             with self._draw_lock:
                 return {key: go.Figure(fig) for key, fig in self.figures.items()}
         records = self._shown_records()
-        return {
-            "latency": latency_figure(records),
-            "batch_size": batch_size_figure(records),
-            "throughput": throughput_figure(records),
-            "time_split": time_split_figure(records),
-            "inflection": inflection_figure(records),
-            "device_plan": device_plan_figure(latest_plan(records)),
-        }
+        return {**_batch_figures(records), "device_plan": device_plan_figure(latest_plan(records))}
 
     def close(self) -> None:
         """Detach from the stream and stop the background threads (idempotent).
 
         The figures keep their last data; live controls are disabled.
         """
-        with self._lock:
-            if self._closed:
-                return
-            self._closed = True
-            self._wake.notify_all()
+        if not self._buffer.close():
+            return
         if self.mode == "live" and self._callback is not None:
-            try:
-                self.stream.remove_on_batch(self._callback)
-            except Exception:
-                pass  # the callback is a no-op from now on anyway
-        self._slow.wake()
-        self._slow.join(timeout=5.0)
+            detach_live(self.stream, self._callback)
+        self._panel.stop()
         if self._redraw_thread is not None and self._redraw_thread is not threading.current_thread():
             self._redraw_thread.join(timeout=5.0)
         if self.mode == "live":
-            with self._ui_lock:
-                for ctrl in self.controls.values():
-                    ctrl.disabled = True
+            self._panel.disable()
 
     @property
     def closed(self) -> bool:
-        return self._closed
+        return self._buffer.closed
 
     def __enter__(self) -> Dashboard:
         return self

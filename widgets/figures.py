@@ -47,6 +47,8 @@ from typing import Any
 import pandas as pd
 import plotly.graph_objects as go
 
+from lmstream_kit.record import net_processing
+
 __all__ = [
     "DEVICE_COLORS",
     "EMPTY_TEXT",
@@ -333,8 +335,8 @@ def throughput_figure(records: Any) -> go.Figure:
 def time_split_figure(records: Any) -> go.Figure:
     """Where each data batch's latency went: stacked buffering, processing, mapping, optimizer (s).
 
-    ``processing`` is ``processing_s`` minus ``mapping_s`` and ``optimizer_s``
-    (missing ones count as 0, and it is clipped at 0), so the stack sums to
+    ``processing`` is the record's ``net_processing_s`` (processing minus
+    mapping and optimizer; clipped at 0), so the stack sums to
     ``buffering_s + processing_s``.  The mapping and optimizer segments appear
     only when some record has them.
     """
@@ -346,7 +348,7 @@ def time_split_figure(records: Any) -> go.Figure:
     x = _ids(data)
     has_map = data["mapping_s"].notna().any()
     has_opt = data["optimizer_s"].notna().any()
-    net = data["processing_s"] - data["mapping_s"].fillna(0.0) - data["optimizer_s"].fillna(0.0)
+    net = pd.Series([net_processing(r) for r in data.to_dict("records")], index=data.index, dtype="float64")
     net = net.clip(lower=0.0)
     name = "processing" + (" (net of mapping/optimizer)" if has_map or has_opt else "")
     fig.add_trace(go.Bar(x=x, y=_values(data["buffering_s"]), name="buffering",
