@@ -7,19 +7,16 @@ plugged-in controllers' hooks and writes one :class:`~lmstream_kit.record.BatchR
 
 from __future__ import annotations
 
-import dataclasses
 import math
-import platform
 import threading
 import time
 import uuid
 from pathlib import Path
 from typing import Any, Callable, Optional, Union
 
-from . import __version__
-from .admission import DRAIN, HOLD, RUN, AdmissionBook
+from .admission import DRAIN, HOLD, RUN
 from .devices import DeviceMode, PlanCache, check_device_mode, device_mode_for
-from .engine.adapter import EngineBatch, SparkEngine
+from .engine.adapter import SparkEngine
 from .exceptions import ConfigError, EngineError, one_line
 from .feed.make import make_feed
 from .feed.spool import Spool
@@ -29,8 +26,10 @@ from .metrics import METRICS_FILE, PROGRESS_FILE, JsonlWriter, load_metrics, rea
 from .placement import Placement
 from .policies import get_policy
 from .stream_controls import StreamControls
-from .protocol import ADMISSION, BATCH, BatchContext, BatchController, ChangeLog, Param
-from .record import FIELD_DOCS, BatchRecord, batch_bytes, controller_target_s, latency_bound, summarize
+from .runinfo import final_run_info, run_info
+from .runloop import BatchSettings, RunLoop
+from .protocol import BatchController, ChangeLog, Param
+from .record import controller_target_s, latency_bound, summarize
 from .workloads import Workload, get_workload
 
 BatchCallback = Callable[[dict], None]
@@ -184,30 +183,25 @@ class LiveStream(StreamControls):
         # Spark's first data batch runs on a cold JVM (several times slower than
         # the next ones); by default the controller does not learn from it.
         self._controller_params = {"warmup": 1, **(controller or {})}
-        self.gate = self.policy.make_gate(slide_s=self.slide_s / self.speedup,
-                                          controller_params=self._controller_params)
-        self.gate.bind_changelog(self.changelog)
+        gate = self.policy.make_gate(slide_s=self.slide_s / self.speedup,
+                                     controller_params=self._controller_params)
+        gate.bind_changelog(self.changelog)
         # kept across policy switches, so that lmstream -> fixed -> lmstream keeps what it learned
-        self._lm_controller = self.gate if self.policy.uses_controller else None
+        self._lm_controller = gate if self.policy.uses_controller else None
         self._requested_device_mode = check_device_mode(device_mode)
         mapper = mapper if isinstance(mapper, DeviceMapper) else DeviceMapper(**(mapper or {}))
         self.placement = Placement(mapper, self._make_optimizer(optimizer, mapper),
                                    plan_cache=PlanCache(enabled=plan_cache), partitions=partitions)
         self.placement.bind_changelog(self.changelog)
-        self._plugins: list[BatchController] = []
+        self.loop = RunLoop(gate, self.placement, self.changelog, settings=self._batch_settings)
+        self.loop.after_batch = self._start_feed  # the feed starts once batch 0 ran (a warm JVM)
         self.spool: Optional[Spool] = None
         self.feed = None
         self._channel = None
         self._metrics_writer: Optional[JsonlWriter] = None
         self._progress_writer: Optional[JsonlWriter] = None
         self._last_progress_id = -1
-        self._lock = threading.RLock()
-        self._batch_done = threading.Condition(self._lock)
-        self.book = AdmissionBook()
-        self._records: list[dict] = []
-        self._callbacks: list[BatchCallback] = []
-        self._failure: Optional[BaseException] = None
-        self._started_at: Optional[float] = None
+        self.started_at: Optional[float] = None
         self._stopped = False
         self._started = False
         self._restart_lock = threading.Lock()  # one live restart of the query at a time
@@ -240,25 +234,18 @@ class LiveStream(StreamControls):
     @property
     def controllers(self) -> list[BatchController]:
         """The per-batch controllers in the run loop: the gate, the placement, then plug-ins."""
-        with self._lock:
-            return [self.gate, self.placement, *self._plugins]
+        return self.loop.controllers
 
     def add_controller(self, controller: BatchController) -> BatchController:
         """Plug a per-batch controller into the run loop; its hooks run from the next batch boundary."""
-        if not isinstance(controller, BatchController):
-            raise ConfigError(f"a controller must be a BatchController, got {type(controller).__name__}")
-        controller.bind_changelog(self.changelog)
-        with self._lock:
-            self._plugins.append(controller)
-        return controller
+        return self.loop.add_controller(controller)
 
     def record_fields(self) -> dict[str, str]:
         """Every field this stream's records can carry, with what it means (plug-ins' included)."""
-        fields = {k: v for k, v in FIELD_DOCS.items() if k != "extra"}
-        for controller in self.controllers:
-            fields.update(controller.FIELDS)
-        return fields
+        return self.loop.record_fields()
 
+    gate = property(lambda self: self.loop.gate, lambda self, gate: setattr(self.loop, "gate", gate),
+                    doc="The admission gate: the AdmissionController, or AdmitAll for the baselines.")
     mapper = property(lambda self: self.placement.mapper, doc="The device mapper.")
     optimizer = property(lambda self: self.placement.optimizer, doc="The inflection optimizer, or None.")
     plan_cache = property(lambda self: self.placement.plan_cache, doc="The per-query-shape DAG cache.")
@@ -280,11 +267,8 @@ class LiveStream(StreamControls):
         """The pass/fail latency bound in wall seconds (:func:`~lmstream_kit.record.latency_bound`)."""
         return latency_bound(self.slide_s, self.workload.window_range_s, self.speedup)
 
-    @property
-    def records(self) -> list[dict]:
-        """Copies of the metrics records so far (thread-safe)."""
-        with self._lock:
-            return list(self._records)
+    records = property(lambda self: self.loop.records, doc="Copies of the metrics records so far.")
+    callbacks = property(lambda self: self.loop.callbacks, doc="The functions called after every batch.")
 
     def metrics(self):
         """The run's metrics as a pandas DataFrame (reads the run directory)."""
@@ -299,22 +283,15 @@ class LiveStream(StreamControls):
 
     @property
     def failure(self) -> Optional[BaseException]:
-        return self._failure
+        return self.loop.failure
 
     def on_batch(self, callback: BatchCallback) -> None:
         """Call ``callback(record)`` after every micro-batch (from Spark's thread)."""
-        with self._lock:
-            self._callbacks.append(callback)
+        self.loop.on_batch(callback)
 
     def remove_on_batch(self, callback: BatchCallback) -> None:
         """Stop calling ``callback`` (registered with :meth:`on_batch`); unknown callbacks are ignored."""
-        with self._lock:
-            self._callbacks = [c for c in self._callbacks if c != callback]
-
-    @property
-    def callbacks(self) -> list[BatchCallback]:
-        with self._lock:
-            return list(self._callbacks)
+        self.loop.remove_on_batch(callback)
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> "LiveStream":
@@ -327,11 +304,13 @@ class LiveStream(StreamControls):
             raise ConfigError(f"cannot create run directory {self.run_dir}: {exc.strerror}") from None
         previous = read_run_info(self.run_dir)
         self.spool = Spool(self.spool_location, schema=self.workload.schema)
+        self.loop.spool = self.spool
         checkpoint = self.run_dir / "checkpoint"
         resume, committed = self.engine.checkpoint_offsets(checkpoint)
-        with self._lock:
-            self.book.resume(resume=resume, committed=committed, now=time.time())
+        with self.loop.lock:
+            self.loop.book.resume(resume=resume, committed=committed, now=time.time())
         self._metrics_writer = JsonlWriter(self.run_dir / METRICS_FILE)
+        self.loop.sink = self._metrics_writer.append
         self._progress_writer = JsonlWriter(self.run_dir / PROGRESS_FILE, durable=False)
         self.engine.open()
         self._channel = ChannelServer(self, key_file=self.run_dir / ".channel.key")
@@ -348,7 +327,7 @@ class LiveStream(StreamControls):
             raise
         self.engine.listen(self._on_progress)
         self._resumed = resume is not None
-        self._started_at = time.time()
+        self.started_at = time.time()
         self._write_run_info(
             previous,
             spark_version=self.engine.spark_version(),
@@ -366,7 +345,7 @@ class LiveStream(StreamControls):
                 "partitions": self.partitions,
                 "read": self.read_mode,
             },
-            on_batch=self._on_batch,
+            on_batch=self.loop.run_batch,
             checkpoint=checkpoint,
             name=self.name.replace("-", "_"),
         )
@@ -403,25 +382,25 @@ class LiveStream(StreamControls):
         """
         with self._restart_lock:
             if self.query is None or self._stopped:
-                with self._lock:
+                with self.loop.lock:
                     self._adopt(workload, policy, gate)
                     self.log_change(param, value, old=old, **detail, restart=False)
                 return
             t0 = time.time()
-            with self._lock:
-                resume_mode = self.book.mode
-                self.book.mode = HOLD
+            with self.loop.lock:
+                resume_mode = self.loop.book.mode
+                self.loop.book.mode = HOLD
                 self._restarting = True
             try:
                 # the batches admitted before the hold finish and commit
-                self.wait(until=lambda s: s.book.settled(), timeout=timeout)
-                self.engine.stop_query(is_idle=lambda: not self.book.in_batch)
-                with self._lock:
+                self.wait(until=lambda s: s.loop.book.settled(), timeout=timeout)
+                self.engine.stop_query(is_idle=lambda: not self.loop.book.in_batch)
+                with self.loop.lock:
                     self._adopt(workload, policy, gate)
-                    self.book.forget_planned()
+                    self.loop.book.forget_planned()
                     self.placement.restarted()
                 self._start_query()
-                with self._lock:  # admission is still held: the next admitted batch carries it
+                with self.loop.lock:  # admission is still held: the next admitted batch carries it
                     self.log_change(param, value, old=old, **detail, restart=True,
                                     restart_s=round(time.time() - t0, 3))
                 info = dict(self._run_info)
@@ -433,14 +412,14 @@ class LiveStream(StreamControls):
                 self._run_info = info
                 write_run_info(self.run_dir, info)
             except BaseException as exc:
-                with self._lock:
-                    self._failure = self._failure or exc
+                with self.loop.lock:
+                    self.loop.failure = self.loop.failure or exc
                 raise EngineError(f"restarting stream {self.name} failed: {one_line(exc)}") from exc
             finally:
-                with self._lock:
+                with self.loop.lock:
                     self._restarting = False
-                    self.book.mode = resume_mode if resume_mode != HOLD else RUN
-                    self._batch_done.notify_all()
+                    self.loop.book.mode = resume_mode if resume_mode != HOLD else RUN
+                    self.loop.batch_done.notify_all()
 
     def _start_feed(self) -> None:
         """Start the generator or the ingest adapter, once.
@@ -450,7 +429,7 @@ class LiveStream(StreamControls):
         the first datasets don't wait for Spark's start-up.  A resumed query may
         have nothing to replay, so there the first poll starts the feed.
         """
-        with self._lock:
+        with self.loop.lock:
             if self.feed is not None or self._stopped:
                 return
             self.feed = make_feed(self.workload, self.spool, input_dir=self.input_dir, traffic=self.traffic,
@@ -459,161 +438,49 @@ class LiveStream(StreamControls):
             self.feed.start()
 
     def _write_run_info(self, previous: dict, **extra) -> None:
-        info = {
-            "workload": self.workload.name,
-            "policy": self.policy.name,
-            "trigger_s": self.policy.trigger_s,
-            "traffic": self.traffic_spec if self.input_dir is None else "input-dir",
-            "input_dir": str(self.input_dir) if self.input_dir else None,
-            "spool": self.spool.uri,
-            "rate": self.rate,
-            "spread": getattr(self.traffic, "std", None),
-            "speedup": self.speedup,
-            "seed": self.seed,
-            "duration_s": self.duration_s,
-            "slide_s": self.slide_s,
-            "window_range_s": self.workload.window_range_s,
-            "target_s": controller_target_s(self.slide_s, self.speedup),
-            "bound_s": self.bound_s,
-            "master": self.master if not self.engine.external else self.engine.master,
-            "query_name": self.name,
-            "read": self.read_mode,
-            "kit_version": __version__,
-            "python": platform.python_version(),
-            "started_at": self._started_at,
-            "restarts": int(previous.get("restarts", -1)) + 1,
-        }
-        info.update(extra)
-        self._run_info = info
-        write_run_info(self.run_dir, info)
+        self._run_info = {**run_info(self, previous), **extra}
+        write_run_info(self.run_dir, self._run_info)
 
     # ------------------------------------------------------------------ the source's callbacks
     def on_initial(self) -> int:
-        with self._lock:
-            return self.book.admitted_end
+        return self.loop.on_initial()
 
     def on_latest(self, start: Optional[int]) -> int:
-        """Spark asks for the end offset of the next batch: the gate admits what is pending, or holds."""
         if self.feed is None and self._resumed:
-            self._start_feed()
-        with self._lock:
-            base = self.book.base(start)
-            if self.book.mode == HOLD:
-                return base
-            pending = self.spool.datasets(base)
-            if not pending:
-                return base
-            now = time.time()
-            t0 = time.perf_counter()
-            decision = None if self.book.mode == DRAIN else self.gate.decide(now, pending)
-            self.book.polled(time.perf_counter() - t0)
-            if decision is not None and not decision.admit:
-                return base
-            fields = {"decision": decision, "changes": self.changelog.take(ADMISSION)}
-            for controller in self.controllers:
-                fields.update(controller.on_admit(pending) or {})
-            return self.book.admit(base, end=pending[-1].seq + 1, admitted_at=now,
-                                   reason=decision.reason if decision is not None else "drain",
-                                   fields=fields, policy=self.policy.name)
+            self._start_feed()  # a resumed query may have nothing to replay: its first poll starts the feed
+        return self.loop.on_latest(start)
 
     def on_planned(self, start: int, end: int) -> None:
-        with self._lock:
-            self.book.planned(start, end, now=time.time())
+        self.loop.on_planned(start, end)
 
     def on_commit(self, end: int) -> None:
         return None
 
-    # ------------------------------------------------------------------ the run loop's batch
-    def _on_batch(self, batch: EngineBatch) -> None:
-        started = time.time()
-        with self._lock:
-            span, admission = self.book.begin_batch()
-            controllers = self.controllers
-        # changes read when a batch runs are in force from the batch that starts now
-        changes = self.changelog.take(BATCH)
-        at_admission = dict(admission.fields) if admission else {}
-        try:
-            datasets = self.spool.datasets(span[0], span[1]) if span else []
-            ctx = BatchContext(batch.batch_id, batch_bytes(datasets), sum(int(d.rows) for d in datasets),
-                               datasets, {**at_admission, "span": span}, engine=batch)
-            fields: dict[str, Any] = {}
-            for controller in controllers:
-                fields.update(controller.before_batch(ctx) or {})
-            output_dir = self.run_dir / "output" if self.output == "parquet" else None
-            out_rows, run_fields = self.placement.run_batch(ctx, output_dir)
-            fields.update(run_fields)
-        except BaseException as exc:
-            with self._lock:
-                self.book.complete(None)
-                self._failure = exc
-                self._batch_done.notify_all()
-            raise  # never swallow: Spark must not commit a failed batch
-        completed = time.time()
-        decision = at_admission.get("decision")
-        changes = [*at_admission.get("changes", ()), *changes]
-        record = BatchRecord.from_batch(
-            batch_id=batch.batch_id,
-            policy=admission.policy if admission and admission.policy else self.policy.name,
-            datasets=datasets,
-            admitted_at=admission.admitted_at if admission else started,
-            completed_at=completed,
-            bound_s=self.bound_s,
-            changes=[c.to_dict() for c in changes],
-            workload=self.workload.name,
-            start_seq=span[0] if span else None,
-            end_seq=span[1] if span else None,
-            batch_started_at=started,
-            foreach_s=completed - started,
-            output_rows=out_rows,
-            decision_s=admission.decision_s if admission else 0.0,
-            polls=admission.polls if admission else 0,
-            decision_reason=admission.reason if admission else None,
-            target_s=decision.target_s if decision else self.target_s,
-            predicted_s=decision.predicted_s if decision else None,
-            margin_s=decision.margin_s if decision else None,
-            estimate_s=decision.estimate_s if decision else None,
-            **fields,
-        )
-        for controller in controllers:
-            added = controller.after_batch(record)
-            if added:
-                record = dataclasses.replace(record, extra={**record.extra, **added})
-        self.changelog.stamp(batch.batch_id, changes)
-        as_dict = record.to_dict()
-        self._metrics_writer.append(as_dict)
-        with self._lock:
-            self.book.complete(span)
-            self._records.append(as_dict)
-            callbacks = list(self._callbacks)
-            self._batch_done.notify_all()
-        if self.feed is None:
-            self._start_feed()
-        for callback in callbacks:
-            try:
-                callback(as_dict)
-            except Exception:
-                pass  # a broken subscriber must not fail the batch
+    def _batch_settings(self) -> BatchSettings:
+        return BatchSettings(workload=self.workload.name, policy=self.policy.name, bound_s=self.bound_s,
+                             target_s=self.target_s,
+                             output_dir=self.run_dir / "output" if self.output == "parquet" else None)
 
     def _on_progress(self, record: dict) -> None:
         if self._progress_writer is not None:
             self._progress_writer.append(record)
-        with self._lock:
+        with self.loop.lock:
             self._last_progress_id = max(self._last_progress_id, int(record["batch_id"]))
-            self._batch_done.notify_all()
+            self.loop.batch_done.notify_all()
 
     def _await_progress(self, timeout: float) -> None:
         """Give Spark's listener bus time to deliver the progress of the last batches."""
         deadline = time.monotonic() + timeout
-        with self._lock:
-            last = max((int(r["batch_id"]) for r in self._records), default=-1)
+        with self.loop.lock:
+            last = max((int(r["batch_id"]) for r in self.loop.records), default=-1)
             while self._last_progress_id < last and time.monotonic() < deadline:
-                self._batch_done.wait(0.05)
+                self.loop.batch_done.wait(0.05)
 
     # ------------------------------------------------------------------ waiting
     def check_health(self) -> None:
         """Raise EngineError if the stream, its query or its feed failed."""
-        if self._failure is not None:
-            raise EngineError(f"stream {self.name} failed: {one_line(self._failure)}")
+        if self.loop.failure is not None:
+            raise EngineError(f"stream {self.name} failed: {one_line(self.loop.failure)}")
         if self.query is not None and not self.engine.is_active and not self._stopped and not self._restarting:
             error = self.engine.query_error()
             raise EngineError(f"stream {self.name} stopped: {one_line(error) if error else 'no error'}")
@@ -636,7 +503,7 @@ class LiveStream(StreamControls):
         deadline = None if timeout is None else time.monotonic() + timeout
 
         def done() -> bool:
-            data = [r for r in self._records if r["rows"] > 0]
+            data = [r for r in self.loop.records if r["rows"] > 0]
             if batches is not None and len(data) < batches:
                 return False
             if rows is not None and sum(r["rows"] for r in data) < rows:
@@ -645,14 +512,14 @@ class LiveStream(StreamControls):
 
         while True:
             self.check_health()
-            with self._lock:
+            with self.loop.lock:
                 if done():
                     return self
-                self._batch_done.wait(0.1)
+                self.loop.batch_done.wait(0.1)
             if deadline is not None and time.monotonic() > deadline:
                 raise TimeoutError(
                     f"stream {self.name}: condition not reached within {timeout:g} s "
-                    f"({len(self._records)} batches so far)"
+                    f"({len(self.loop.records)} batches so far)"
                 )
 
     def feed_finished(self) -> bool:
@@ -663,16 +530,16 @@ class LiveStream(StreamControls):
         if self.spool is None:
             return False
         self.spool.refresh()
-        with self._lock:
-            return self.book.caught_up(self.spool.end_seq)
+        with self.loop.lock:
+            return self.loop.book.caught_up(self.spool.end_seq)
 
     def drain(self, timeout: float = 120.0) -> None:
         """Admit everything the spool holds and wait until it is processed."""
-        with self._lock:
-            self.book.mode = DRAIN
+        with self.loop.lock:
+            self.loop.book.mode = DRAIN
         self.spool.refresh()
         target = self.spool.end_seq
-        self.wait(until=lambda s: s.book.caught_up(target), timeout=timeout)
+        self.wait(until=lambda s: s.loop.book.caught_up(target), timeout=timeout)
 
     def stop(self, *, drain: bool = True, timeout: float = 120.0) -> dict:
         """Stop cleanly: stop the feed, optionally process what is pending, stop Spark.
@@ -687,7 +554,7 @@ class LiveStream(StreamControls):
             if hasattr(self.feed, "scan_once") and drain:
                 self.feed.scan_once()  # files that landed since the last poll
         try:
-            if drain and self.is_active and self._failure is None:
+            if drain and self.is_active and self.loop.failure is None:
                 self.drain(timeout=timeout)
         finally:
             self._teardown()
@@ -695,14 +562,14 @@ class LiveStream(StreamControls):
 
     def _teardown(self) -> None:
         self._stopped = True
-        with self._lock:
-            self.book.mode = HOLD
+        with self.loop.lock:
+            self.loop.book.mode = HOLD
         if self.feed is not None:
             try:
                 self.feed.stop()
             except Exception:
                 pass
-        self.engine.stop_query(is_idle=lambda: not self.book.in_batch)
+        self.engine.stop_query(is_idle=lambda: not self.loop.book.in_batch)
         if self.engine.spark is not None:
             self._await_progress(timeout=5.0)
         self.engine.remove_listener()
@@ -721,22 +588,7 @@ class LiveStream(StreamControls):
         self.engine.close()
 
     def _write_final_run_info(self) -> None:
-        info = dict(self._run_info)
-        self.spool.refresh()
-        data = [r for r in self._records if r["rows"] > 0]
-        info.update(
-            stopped_at=time.time(),
-            feed_rows=self.spool.total_rows(),
-            feed_datasets=self.spool.end_seq,
-            rows_processed=sum(r["rows"] for r in data),
-            batches=len(self._records),
-            total_rows=self.spool.total_rows(0, self.book.completed_end),
-            processed_through_seq=self.book.completed_end,
-        )
-        rows_bad = getattr(self.feed, "total_rows_bad", None)
-        if rows_bad is not None:
-            info["rows_rejected"] = rows_bad
-        write_run_info(self.run_dir, info)
+        write_run_info(self.run_dir, {**self._run_info, **final_run_info(self)})
 
     def __enter__(self) -> "LiveStream":
         return self.start()
@@ -748,5 +600,5 @@ class LiveStream(StreamControls):
         state = "running" if self.is_active else ("stopped" if self._stopped else "new")
         return (
             f"<LiveStream {self.workload.name} policy={self.policy.name} {state} "
-            f"batches={len(self._records)} run_dir={self.run_dir}>"
+            f"batches={len(self.loop.records)} run_dir={self.run_dir}>"
         )

@@ -104,7 +104,7 @@ class StreamControls(Tunable):
             self._restart_query("policy", old.name, policy.name, policy=policy, gate=gate,
                                 trigger_s=policy.trigger_s)
             return
-        with self._lock:
+        with self.loop.lock:
             self.policy, self.gate = policy, gate
             self.log_change("policy", policy.name, old=old.name)
 

@@ -1,0 +1,232 @@
+"""The run loop: admission at Spark's polls, the controllers' hooks around each batch, one record each.
+
+No Spark here: the engine calls :meth:`RunLoop.on_latest` / :meth:`RunLoop.on_planned`
+from its source and :meth:`RunLoop.run_batch` from its sink with a batch handle, so
+the loop is tested with plain objects.  :class:`~lmstream_kit.live.LiveStream` owns one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .admission import DRAIN, HOLD, AdmissionBook
+from .exceptions import ConfigError
+from .protocol import ADMISSION, BATCH, BatchContext, BatchController, ChangeLog
+from .record import FIELD_DOCS, BatchRecord, batch_bytes
+
+__all__ = ["BatchSettings", "RunLoop"]
+
+BatchCallback = Callable[[dict], None]
+
+
+@dataclass(frozen=True)
+class BatchSettings:
+    """What the loop needs of the stream when a batch completes (it may change between batches)."""
+
+    workload: str
+    policy: str
+    bound_s: float | None
+    target_s: float
+    output_dir: Path | None
+
+
+class RunLoop:
+    """Admits spool datasets through the gate and runs each batch through the controllers.
+
+    Parameters
+    ----------
+    gate : BatchController
+        Decides admissions (``decide(now, pending)``); replaced on a policy switch.
+    placement : BatchController
+        Places each batch and runs it (``run_batch``): on Spark, or on the twin.
+    changelog : ChangeLog
+        The stream's one change log.
+    settings : callable
+        Returns the :class:`BatchSettings` in force.
+    clock : callable
+        Epoch seconds (``time.time``); arrivals and records use the same clock.
+    """
+
+    def __init__(self, gate: BatchController, placement: Any, changelog: ChangeLog, *,
+                 settings: Callable[[], BatchSettings], clock: Callable[[], float] = time.time) -> None:
+        self.clock = clock
+        self.lock = threading.RLock()
+        self.batch_done = threading.Condition(self.lock)
+        self.book = AdmissionBook()
+        self.changelog = changelog
+        self.gate = gate
+        self.placement = placement
+        self.settings = settings
+        self.spool: Any = None  # set when the stream starts
+        self.sink: Callable[[dict], None] = lambda record: None  # writes each record as it is made
+        self.after_batch: Callable[[], None] = lambda: None  # e.g. start the feed after batch 0
+        self.failure: BaseException | None = None
+        self._plugins: list[BatchController] = []
+        self._records: list[dict] = []
+        self._callbacks: list[BatchCallback] = []
+
+    # ------------------------------------------------------------------ controllers
+    @property
+    def controllers(self) -> list[BatchController]:
+        """The gate, the placement, then plug-ins: the order their hooks run in."""
+        with self.lock:
+            return [self.gate, self.placement, *self._plugins]
+
+    def add_controller(self, controller: BatchController) -> BatchController:
+        """Plug a per-batch controller in; its hooks run from the next batch boundary."""
+        if not isinstance(controller, BatchController):
+            raise ConfigError(f"a controller must be a BatchController, got {type(controller).__name__}")
+        controller.bind_changelog(self.changelog)
+        with self.lock:
+            self._plugins.append(controller)
+        return controller
+
+    @property
+    def plugins(self) -> list[BatchController]:
+        with self.lock:
+            return list(self._plugins)
+
+    def record_fields(self) -> dict[str, str]:
+        """Every field the records can carry, with what it means (plug-ins' included)."""
+        fields = {k: v for k, v in FIELD_DOCS.items() if k != "extra"}
+        for controller in self.controllers:
+            fields.update(controller.FIELDS)
+        return fields
+
+    # ------------------------------------------------------------------ records and subscribers
+    @property
+    def records(self) -> list[dict]:
+        """Copies of the records so far (thread-safe)."""
+        with self.lock:
+            return list(self._records)
+
+    def on_batch(self, callback: BatchCallback) -> None:
+        with self.lock:
+            self._callbacks.append(callback)
+
+    def remove_on_batch(self, callback: BatchCallback) -> None:
+        with self.lock:
+            self._callbacks = [c for c in self._callbacks if c != callback]
+
+    @property
+    def callbacks(self) -> list[BatchCallback]:
+        with self.lock:
+            return list(self._callbacks)
+
+    # ------------------------------------------------------------------ the source's questions
+    def on_initial(self) -> int:
+        with self.lock:
+            return self.book.admitted_end
+
+    def on_latest(self, start: int | None) -> int:
+        """Spark asks for the next batch's end offset: the gate admits what is pending, or holds."""
+        with self.lock:
+            base = self.book.base(start)
+            if self.book.mode == HOLD:
+                return base
+            pending = self.spool.datasets(base)
+            if not pending:
+                return base
+            now = self.clock()
+            t0 = time.perf_counter()
+            decision = None if self.book.mode == DRAIN else self.gate.decide(now, pending)
+            self.book.polled(time.perf_counter() - t0)
+            if decision is not None and not decision.admit:
+                return base
+            fields = {"decision": decision, "changes": self.changelog.take(ADMISSION)}
+            for controller in self.controllers:
+                fields.update(controller.on_admit(pending) or {})
+            return self.book.admit(base, end=pending[-1].seq + 1, admitted_at=now,
+                                   reason=decision.reason if decision is not None else "drain",
+                                   fields=fields, policy=self.settings().policy)
+
+    def on_planned(self, start: int, end: int) -> None:
+        with self.lock:
+            self.book.planned(start, end, now=self.clock())
+
+    # ------------------------------------------------------------------ one batch
+    def run_batch(self, batch: Any) -> dict:
+        """Run one micro-batch (``batch``: the engine's handle with ``batch_id``); returns its record.
+
+        Hooks: every controller's ``before_batch``, the placement's ``run_batch``,
+        then every ``after_batch``; the record is written, kept and handed to the
+        subscribers.  A failure is kept and re-raised: Spark must not commit the batch.
+        """
+        started = self.clock()
+        with self.lock:
+            span, admission = self.book.begin_batch()
+            controllers = self.controllers
+        # changes read when a batch runs are in force from the batch that starts now
+        changes = self.changelog.take(BATCH)
+        at_admission = dict(admission.fields) if admission else {}
+        settings = self.settings()
+        try:
+            datasets = self.spool.datasets(span[0], span[1]) if span else []
+            ctx = BatchContext(batch.batch_id, batch_bytes(datasets), sum(int(d.rows) for d in datasets),
+                               datasets, {**at_admission, "span": span}, engine=batch)
+            fields: dict[str, Any] = {}
+            for controller in controllers:
+                fields.update(controller.before_batch(ctx) or {})
+            out_rows, run_fields = self.placement.run_batch(ctx, settings.output_dir)
+            fields.update(run_fields)
+        except BaseException as exc:
+            with self.lock:
+                self.book.complete(None)
+                self.failure = exc
+                self.batch_done.notify_all()
+            raise
+        record = self._record(batch.batch_id, started, span, admission, datasets, out_rows,
+                              [*at_admission.get("changes", ()), *changes], settings, fields)
+        for controller in controllers:
+            added = controller.after_batch(record)
+            if added:
+                record = dataclasses.replace(record, extra={**record.extra, **added})
+        self.changelog.stamp(batch.batch_id, changes)
+        as_dict = record.to_dict()
+        self.sink(as_dict)
+        with self.lock:
+            self.book.complete(span)
+            self._records.append(as_dict)
+            callbacks = list(self._callbacks)
+            self.batch_done.notify_all()
+        self.after_batch()
+        for callback in callbacks:
+            try:
+                callback(as_dict)
+            except Exception:  # noqa: BLE001, S110
+                pass  # a broken subscriber must not fail the batch
+        return as_dict
+
+    def _record(self, batch_id: int, started: float, span, admission, datasets: Sequence[Any], out_rows: int,
+                changes: Sequence[Any], settings: BatchSettings, fields: dict) -> BatchRecord:
+        completed = self.clock()
+        decision = admission.fields.get("decision") if admission else None
+        return BatchRecord.from_batch(
+            batch_id=batch_id,
+            policy=admission.policy if admission and admission.policy else settings.policy,
+            datasets=datasets,
+            admitted_at=admission.admitted_at if admission else started,
+            completed_at=completed,
+            bound_s=settings.bound_s,
+            changes=[c.to_dict() for c in changes],
+            workload=settings.workload,
+            start_seq=span[0] if span else None,
+            end_seq=span[1] if span else None,
+            batch_started_at=started,
+            foreach_s=completed - started,
+            output_rows=out_rows,
+            decision_s=admission.decision_s if admission else 0.0,
+            polls=admission.polls if admission else 0,
+            decision_reason=admission.reason if admission else None,
+            target_s=decision.target_s if decision else settings.target_s,
+            predicted_s=decision.predicted_s if decision else None,
+            margin_s=decision.margin_s if decision else None,
+            estimate_s=decision.estimate_s if decision else None,
+            **fields,
+        )
