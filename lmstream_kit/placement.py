@@ -20,6 +20,7 @@ from .devices import DeviceMode, PlanCache
 from .exceptions import ConfigError
 from .mapper import DeviceMapper, DevicePlan
 from .protocol import BatchContext, BatchController, Control, Param
+from .record import batch_bytes
 from .registry import Registry
 from .units import format_bytes
 
@@ -56,6 +57,10 @@ class PlacementStrategy:
         return p.plan_cache.get(p.plan_key(), p.engine.streaming_plan)
 
     def at_admission(self, nbytes: int, batch_index: int) -> dict | None:
+        return None
+
+    def restarted(self) -> None:
+        """The query restarted on a fresh clone of its session."""
         return None
 
     def apply(self, placed: dict, batch) -> None:
@@ -250,10 +255,7 @@ class Placement(BatchController):
 
     # -- hooks ---------------------------------------------------------------------------------
     def on_admit(self, pending) -> Mapping[str, Any] | None:
-        if self.strategy.name != "rapids":
-            return None
-        nbytes = sum(int(d.nbytes) for d in pending)
-        placed = self.strategy.at_admission(nbytes, self._batches)
+        placed = self.strategy.at_admission(batch_bytes(pending), self._batches)
         return {"placement": placed} if placed is not None else None
 
     _batches = 0  # batches completed: the optimizer's index at admission
@@ -284,8 +286,8 @@ class Placement(BatchController):
         for key in ("rapids_confs_set", "rapids_conflicts"):
             if key in placed:
                 fields[key] = placed[key]
-        if self.mode.mode == "rapids":
-            fields["plan_applied"] = bool(placed.get("applied"))
+        if "applied" in placed:  # a strategy that applies plans says whether it was in force in time
+            fields["plan_applied"] = bool(placed["applied"])
         self._plan = plan
         return fields
 
@@ -309,8 +311,7 @@ class Placement(BatchController):
 
     def restarted(self) -> None:
         """The query restarted (fresh session clone)."""
-        if isinstance(self.strategy, _Rapids):
-            self.strategy.restarted()
+        self.strategy.restarted()
 
     def close(self) -> None:
         if self.optimizer is not None:
