@@ -1,0 +1,54 @@
+"""Every plotly figure of lmstream_kit, as pure functions of plain data: per-batch records
+(:mod:`.batches`, :mod:`.records`), device plans (:mod:`.plan`) and bench sweeps (:mod:`.bench`)."""
+
+from __future__ import annotations
+
+from .batches import (
+    batch_size_figure,
+    inflection_figure,
+    latency_figure,
+    throughput_figure,
+    time_split_figure,
+)
+from .bench import (
+    fig_avg_latency,
+    fig_batch_timeline,
+    fig_capacity,
+    fig_fixed_latency_growth,
+    fig_throughput,
+    pick_timeline_queries,
+    within_bound_figure,
+)
+from .plan import (
+    DEVICE_COLORS,
+    device_plan_figure,
+    gpu_ops_grid_figure,
+    latest_plan,
+    plan_edges,
+    plan_layout,
+)
+from .records import EMPTY_TEXT, change_markers, records_frame
+
+__all__ = [
+    "DEVICE_COLORS",
+    "EMPTY_TEXT",
+    "batch_size_figure",
+    "change_markers",
+    "device_plan_figure",
+    "fig_avg_latency",
+    "fig_batch_timeline",
+    "fig_capacity",
+    "fig_fixed_latency_growth",
+    "fig_throughput",
+    "gpu_ops_grid_figure",
+    "inflection_figure",
+    "latency_figure",
+    "latest_plan",
+    "pick_timeline_queries",
+    "plan_edges",
+    "plan_layout",
+    "records_frame",
+    "throughput_figure",
+    "time_split_figure",
+    "within_bound_figure",
+]
