@@ -2,8 +2,8 @@
 
 :class:`~widgets.dashboard.Dashboard` shows a running
 :class:`~lmstream_kit.live.LiveStream` (live figures and controls) or replays a
-finished run directory; :mod:`widgets.figures` holds the pure plotly figures it
-draws, and :func:`status_line` the one-line status it shows (and falls back to
+finished run directory; :mod:`lmstream_kit.plots` holds the pure plotly figures it
+draws (re-exported by :mod:`widgets.figures`), and :func:`status_line` the one-line status it shows (and falls back to
 where ipywidgets is missing).  ``Dashboard`` is imported lazily, so
 ``import widgets`` stays cheap; nothing here imports pyspark.
 """

@@ -1,6 +1,6 @@
 """The notebook dashboard: live controls and figures of a stream, or a replay of a finished run.
 
-:class:`Dashboard` wraps the pure figures of :mod:`widgets.figures` in plotly
+:class:`Dashboard` wraps the pure figures of :mod:`lmstream_kit.plots` in plotly
 ``FigureWidget`` objects and wires them to a source:
 
 *live*

@@ -13,6 +13,19 @@ import plotly.graph_objects as go
 from plotly.colors import qualitative
 from plotly.subplots import make_subplots
 
+from .frames import (
+    POLICY_COLORS,
+    _capacity_policies,
+    _empty,
+    _finite,
+    _mean_over_reps,
+    _num,
+    _ordered,
+    _policies,
+    _traffics,
+    capacity_table,
+)
+
 __all__ = [
     "fig_avg_latency",
     "fig_batch_timeline",
@@ -26,8 +39,8 @@ __all__ = [
 #: the bar colour of a policy without one in POLICY_COLORS (a plug-in's), in :func:`within_bound_figure`
 _OTHER_POLICY_COLOR = "#BAB0AC"
 
-# The frame helpers, policy colours and capacity table come from lmstream_kit.report, which
-# re-exports these figures: they are imported where used, as a module-level import would be circular.
+#: the queries the paper uses for Fig. 8 (sliding) and Fig. 9 (tumbling)
+PAPER_TIMELINE_QUERIES = {"sliding": "LR1S", "tumbling": "LR1T"}
 
 # ---------------------------------------------------------------------------------------------
 # helpers
@@ -43,7 +56,6 @@ def _label(value: Any) -> str:
 
 
 def _pick_traffic(available: Sequence[Any], preferred: Sequence[str]) -> Any:
-    from lmstream_kit.report.common import _ordered
 
     ordered = _ordered(available, preferred)
     return ordered[0] if ordered else None
@@ -103,7 +115,6 @@ def fig_fixed_latency_growth(batches: pd.DataFrame, meta: Mapping | None = None)
     plotly.graph_objects.Figure or None
         ``None`` when the sweep has no ``fixed`` batches.
     """
-    from lmstream_kit.report.common import _empty, _num, _ordered
 
     if _empty(batches) or "policy" not in batches or "max_latency_s" not in batches:
         return None
@@ -169,14 +180,6 @@ def fig_fixed_latency_growth(batches: pd.DataFrame, meta: Mapping | None = None)
 
 def _fig_policy_bars(results: pd.DataFrame, column: str, ytitle: str, title: str) -> go.Figure:
     """Grouped bars of ``column`` (mean over reps, std as error bars) per query x policy, by traffic."""
-    from lmstream_kit.report.common import (
-        POLICY_COLORS,
-        _empty,
-        _mean_over_reps,
-        _ordered,
-        _policies,
-        _traffics,
-    )
 
     needed = {"query", "policy", column}
     if _empty(results) or not needed <= set(results.columns):
@@ -249,7 +252,6 @@ def fig_batch_timeline(batches: pd.DataFrame, query: Any) -> go.Figure | None:
     plotly.graph_objects.Figure or None
         ``None`` when ``batches`` has no micro-batch of ``query``.
     """
-    from lmstream_kit.report.common import POLICY_COLORS, _empty, _policies
 
     if _empty(batches) or query is None or "query" not in batches or "max_latency_s" not in batches:
         return None
@@ -329,8 +331,6 @@ def pick_timeline_queries(results: pd.DataFrame) -> dict:
     >>> pick_timeline_queries(df)
     {'sliding': 'LR1S', 'tumbling': 'CM1T'}
     """
-    from lmstream_kit.report.common import _empty, _ordered
-    from lmstream_kit.report.paper import PAPER_TIMELINE_QUERIES
 
     picked: dict = {"sliding": None, "tumbling": None}
     if _empty(results) or not {"query", "window_kind"} <= set(results.columns):
@@ -349,8 +349,6 @@ def fig_capacity(capacity: pd.DataFrame | None) -> go.Figure | None:
     A policy that was probed but never passed shows an empty bar labelled
     "none passed".  ``None`` when the capacity search was skipped.
     """
-    from lmstream_kit.report.common import POLICY_COLORS, _finite
-    from lmstream_kit.report.tables import _capacity_policies, capacity_table
 
     table = capacity_table(capacity)
     if table.empty:
@@ -399,7 +397,7 @@ def within_bound_figure(cells: pd.DataFrame, bound_s: float) -> go.Figure:
     -------
     plotly.graph_objects.Figure
         One ``Bar`` trace: x the policies in row order, y the percentage, each bar in its policy's
-        colour (:data:`lmstream_kit.report.POLICY_COLORS`; light grey for any other policy) and
+        colour (:data:`~lmstream_kit.plots.frames.POLICY_COLORS`; light grey for any other policy) and
         labelled with the rounded percentage.
 
     Examples
@@ -412,7 +410,6 @@ def within_bound_figure(cells: pd.DataFrame, bound_s: float) -> go.Figure:
     >>> fig.layout.title.text, fig.layout.yaxis.range
     ('Micro-batches within the 2.00 s bound', (0, 110))
     """
-    from lmstream_kit.report.common import POLICY_COLORS
 
     if "policy" in cells.columns:
         cells = cells.set_index("policy")

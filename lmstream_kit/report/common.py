@@ -1,6 +1,6 @@
-"""Constants and tiny data-frame helpers shared by the report's figures, tables, claims and pages.
+"""What the report's tables, claims and pages share: the Table IV time components and the captions.
 
-Policy and traffic orders and colours, the Table IV time components, the pass share, the captions.
+The frame helpers, orders, colours and pass share live in :mod:`lmstream_kit.plots.frames`.
 
 >>> _ordered(["fixed", "mine", None, "lmstream", "fixed"], POLICY_ORDER)
 ['lmstream', 'fixed', 'mine']
@@ -8,16 +8,20 @@ Policy and traffic orders and colours, the Table IV time components, the pass sh
 
 from __future__ import annotations
 
-import math
-from collections.abc import Iterable, Sequence
-from typing import Any
-
-import pandas as pd
-
-#: policies and traffic kinds in the order figures and tables show them (others follow)
-POLICY_ORDER = ("lmstream", "fixed", "asap")
-TRAFFIC_ORDER = ("constant", "random")
-POLICY_COLORS = {"lmstream": "#1f77b4", "fixed": "#d62728", "asap": "#7f7f7f"}
+from ..plots.frames import (  # noqa: F401  (the report's modules import them from here)
+    PASS_SHARE,
+    POLICY_COLORS,
+    POLICY_ORDER,
+    TRAFFIC_ORDER,
+    _empty,
+    _finite,
+    _keys,
+    _mean_over_reps,
+    _num,
+    _ordered,
+    _policies,
+    _traffics,
+)
 
 #: Table IV: the five time components (results column -> label)
 TIME_COMPONENTS = {
@@ -30,8 +34,6 @@ TIME_COMPONENTS = {
 #: the components LMStream adds to the plain micro-batch model (the paper's gray rows)
 OVERHEAD_COMPONENTS = ("decision", "device mapping", "blocked on optimizer")
 
-#: a capacity probe (and claim 3) passes when this share of batches met the bound
-PASS_SHARE = 0.95
 
 CAPTIONS = {
     "fig1": (
@@ -75,59 +77,3 @@ CAPTIONS = {
 
 # ---------------------------------------------------------------------------------------------
 # small helpers
-
-
-def _empty(df: pd.DataFrame | None) -> bool:
-    return df is None or not isinstance(df, pd.DataFrame) or df.empty
-
-
-def _ordered(values: Iterable[Any], preferred: Sequence[Any] = ()) -> list:
-    """Unique non-null values: the ``preferred`` ones first (in that order), then the rest as met."""
-    seen: list = []
-    for v in values:
-        if v is None or (isinstance(v, float) and math.isnan(v)) or v in seen:
-            continue
-        seen.append(v)
-    return [p for p in preferred if p in seen] + [v for v in seen if v not in preferred]
-
-
-def _policies(df: pd.DataFrame) -> list:
-    return _ordered(df["policy"], POLICY_ORDER) if "policy" in df else []
-
-
-def _traffics(df: pd.DataFrame) -> list:
-    return _ordered(df["traffic"], TRAFFIC_ORDER) if "traffic" in df else []
-
-
-def _num(value: Any) -> float:
-    """``value`` as a float, NaN for anything missing or non-numeric."""
-    try:
-        out = float(value)
-    except (TypeError, ValueError):
-        return math.nan
-    return out
-
-
-def _finite(value: Any) -> bool:
-    return math.isfinite(_num(value))
-
-
-def _keys(df: pd.DataFrame, wanted: Sequence[str]) -> list:
-    return [k for k in wanted if k in df.columns]
-
-
-def _mean_over_reps(
-    results: pd.DataFrame, value_cols: Sequence[str], keys: Sequence[str]
-) -> pd.DataFrame:
-    """Mean (and std, count) of ``value_cols`` over repetitions of each cell ``keys``."""
-    keys = _keys(results, keys)
-    cols = [c for c in value_cols if c in results.columns]
-    frame = results[keys + cols].copy()
-    for c in cols:
-        frame[c] = pd.to_numeric(frame[c], errors="coerce")
-    grouped = frame.groupby(keys, dropna=False, sort=False)
-    out = grouped[cols].mean()
-    std = grouped[cols].std().add_suffix("_std")
-    out = out.join(std)
-    out["reps"] = grouped.size()
-    return out.reset_index()

@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 
 import pandas as pd
 
+from ..plots.bench import PAPER_TIMELINE_QUERIES  # noqa: F401  (the paper's choice, used by the figures)
 from .common import PASS_SHARE, _empty, _keys, _mean_over_reps, _policies
 from .tables import capacity_table, time_shares
 
@@ -21,9 +22,6 @@ from .tables import capacity_table, time_shares
 PAPER_LATENCY_REDUCTION = 0.707  # LR1T
 PAPER_THROUGHPUT_RATIO = 1.74  # LR1S
 PAPER_OVERHEAD_LIMIT = 0.01
-
-#: the queries the paper uses for Fig. 8 (sliding) and Fig. 9 (tumbling)
-PAPER_TIMELINE_QUERIES = {"sliding": "LR1S", "tumbling": "LR1T"}
 
 
 def _policy_ratio(results: pd.DataFrame, column: str) -> pd.DataFrame | None:
