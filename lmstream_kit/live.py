@@ -7,10 +7,10 @@ plugged-in controllers' hooks and writes one :class:`~lmstream_kit.record.BatchR
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import threading
 import time
-import uuid
 from pathlib import Path
 from typing import Any, Callable, Optional, Union
 
@@ -20,25 +20,19 @@ from .engine.adapter import SparkEngine
 from .exceptions import ConfigError, EngineError, one_line
 from .feed.make import make_feed
 from .feed.spool import Spool
-from .feed.traffic import Traffic, traffic_from_spec
+from .feed.traffic import Traffic
 from .mapper import DeviceMapper
 from .metrics import METRICS_FILE, PROGRESS_FILE, JsonlWriter, load_metrics, read_run_info, write_run_info
 from .placement import Placement
-from .policies import get_policy
 from .stream_controls import StreamControls
+from .stream_config import StreamConfig
 from .runinfo import final_run_info, run_info
 from .runloop import BatchSettings, RunLoop
-from .protocol import BatchController, ChangeLog, Param
+from .protocol import BatchController, ChangeLog
 from .record import controller_target_s, latency_bound, summarize
-from .workloads import Workload, get_workload
+from .workloads import Workload
 
 BatchCallback = Callable[[dict], None]
-
-
-def _positive(name: str, value, *, allow_none: bool = False):
-    if value is None and allow_none:
-        return None
-    return Param(name, float, low=0, low_open=True).validate(value)
 
 
 class LiveStream(StreamControls):
@@ -144,40 +138,12 @@ class LiveStream(StreamControls):
         controllers: tuple = (),
     ) -> None:
         super().__init__()
-        self.workload = workload if isinstance(workload, Workload) else get_workload(workload)
-        self.policy = get_policy(policy, trigger_s=trigger_s)
-        self.rate = _positive("rate", rate)
-        self.speedup = _positive("speedup", speedup)
-        self.duration_s = _positive("duration", duration_s, allow_none=True)
-        if slide_s is not None and not (isinstance(slide_s, (int, float)) and slide_s >= 0):
-            raise ConfigError(f"slide must be >= 0 seconds (0 = tumbling), got {slide_s}")
-        self.slide_s = float(self.workload.slide_s if slide_s is None else slide_s)
-        if output not in ("parquet", "noop"):
-            raise ConfigError(f"output must be 'parquet' or 'noop', got {output!r}")
-        self.output = output
-        if read not in ("auto", "driver", "executors"):
-            raise ConfigError(f"read must be 'auto', 'driver' or 'executors', got {read!r}")
-        self.read_mode = read
-        self.seed = int(seed)
-        self.master = master
-        self.partitions = int(partitions)
-        self.input_dir = Path(input_dir) if input_dir is not None else None
-        if self.input_dir is not None and not self.input_dir.is_dir():
-            raise ConfigError(f"input directory {self.input_dir} does not exist")
-        if isinstance(traffic, Traffic):
-            self.traffic = traffic
-        elif self.input_dir is None:
-            self.traffic = traffic_from_spec(str(traffic), rate=self.rate, spread=spread, seed=self.seed)
-        else:
-            self.traffic = None
-        self.traffic_spec = traffic if isinstance(traffic, str) else getattr(traffic, "name", "custom")
-        if run_dir is None:
-            import tempfile
-
-            run_dir = tempfile.mkdtemp(prefix="lmstream-run-")
-        self.run_dir = Path(run_dir)
-        self.spool_location = str(spool) if spool is not None else str(self.run_dir / "spool")
-        self.name = name or f"{self.workload.name}-{self.policy.name}-{uuid.uuid4().hex[:6]}"
+        config = StreamConfig.build(
+            workload, policy=policy, traffic=traffic, rate=rate, spread=spread, speedup=speedup, seed=seed,
+            duration_s=duration_s, run_dir=run_dir, input_dir=input_dir, spool=spool, master=master,
+            trigger_s=trigger_s, slide_s=slide_s, output=output, read=read, partitions=partitions, name=name)
+        for f in dataclasses.fields(config):  # the live setters change some of these (slide, policy, ...)
+            setattr(self, f.name, getattr(config, f.name))
         self.engine = SparkEngine(master=master, spark=spark, conf=spark_conf)
         self._changelog = ChangeLog()  # the stream's one change log: every controller writes to it
         # Spark's first data batch runs on a cold JVM (several times slower than
@@ -200,7 +166,6 @@ class LiveStream(StreamControls):
         self._channel = None
         self._metrics_writer: Optional[JsonlWriter] = None
         self._progress_writer: Optional[JsonlWriter] = None
-        self._last_progress_id = -1
         self.started_at: Optional[float] = None
         self._stopped = False
         self._started = False
@@ -325,7 +290,7 @@ class LiveStream(StreamControls):
         except BaseException:
             self._teardown()
             raise
-        self.engine.listen(self._on_progress)
+        self.engine.listen(self._progress_writer.append)
         self._resumed = resume is not None
         self.started_at = time.time()
         self._write_run_info(
@@ -461,21 +426,6 @@ class LiveStream(StreamControls):
                              target_s=self.target_s,
                              output_dir=self.run_dir / "output" if self.output == "parquet" else None)
 
-    def _on_progress(self, record: dict) -> None:
-        if self._progress_writer is not None:
-            self._progress_writer.append(record)
-        with self.loop.lock:
-            self._last_progress_id = max(self._last_progress_id, int(record["batch_id"]))
-            self.loop.batch_done.notify_all()
-
-    def _await_progress(self, timeout: float) -> None:
-        """Give Spark's listener bus time to deliver the progress of the last batches."""
-        deadline = time.monotonic() + timeout
-        with self.loop.lock:
-            last = max((int(r["batch_id"]) for r in self.loop.records), default=-1)
-            while self._last_progress_id < last and time.monotonic() < deadline:
-                self.loop.batch_done.wait(0.05)
-
     # ------------------------------------------------------------------ waiting
     def check_health(self) -> None:
         """Raise EngineError if the stream, its query or its feed failed."""
@@ -570,8 +520,8 @@ class LiveStream(StreamControls):
             except Exception:
                 pass
         self.engine.stop_query(is_idle=lambda: not self.loop.book.in_batch)
-        if self.engine.spark is not None:
-            self._await_progress(timeout=5.0)
+        last = max((int(r["batch_id"]) for r in self.records), default=-1)
+        self.engine.await_progress(last, timeout=5.0)  # Spark's listener bus delivers it 0.1-0.4 s late
         self.engine.remove_listener()
         if self._channel is not None:
             self._channel.close()

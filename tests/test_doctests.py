@@ -8,6 +8,7 @@ import importlib
 import pytest
 
 MODULES = [
+    "lmstream_kit.stream_config",
     "lmstream_kit.plots.frames",
     "lmstream_kit.units",
     "lmstream_kit.stats",

@@ -17,7 +17,7 @@ PURE = {
     "lmstream_kit.mapper", "lmstream_kit.metrics", "lmstream_kit.placement", "lmstream_kit.policies",
     "lmstream_kit.protocol", "lmstream_kit.rapids", "lmstream_kit.record", "lmstream_kit.registry",
     "lmstream_kit.sim", "lmstream_kit.stats", "lmstream_kit.optimizer", "lmstream_kit.optimizer.fit",
-    "lmstream_kit.optimizer.runner", "lmstream_kit.runloop", "lmstream_kit.units",
+    "lmstream_kit.optimizer.runner", "lmstream_kit.runloop", "lmstream_kit.units", "lmstream_kit.stream_config",
 }
 #: modules that may use the engine adapter layer
 ENGINE_USERS = {"lmstream_kit.live", "lmstream_kit.bench", "lmstream_kit.cli",

@@ -7,6 +7,8 @@ progress listener, the foreachBatch sink and the batch's session (confs, plan).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -68,6 +70,8 @@ class SparkEngine:
         self.query = None
         self._listener = None
         self._batch_session = None
+        self._progress_seen = threading.Condition()
+        self._last_progress = -1
 
     # -- the session ---------------------------------------------------------------------------
     def open(self) -> SparkEngine:
@@ -119,8 +123,27 @@ class SparkEngine:
         """Send each batch's Spark progress (flattened) of the current query to ``on_progress``."""
         from .listener import ProgressListener
 
-        self._listener = ProgressListener(on_progress)
+        def forward(record: dict) -> None:
+            on_progress(record)
+            with self._progress_seen:
+                self._last_progress = max(self._last_progress, int(record["batch_id"]))
+                self._progress_seen.notify_all()
+
+        self._listener = ProgressListener(forward)
         self.spark.streams.addListener(self._listener)
+
+    def await_progress(self, batch_id: int, timeout: float) -> bool:
+        """Wait until the listener delivered the progress of ``batch_id``; False after ``timeout`` s."""
+        if self._listener is None:
+            return False
+        deadline = time.monotonic() + timeout
+        with self._progress_seen:
+            while self._last_progress < batch_id:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._progress_seen.wait(left)
+        return True
 
     def start(self, *, workload, trigger_s: float, source_options: Mapping[str, Any],
               on_batch: Callable[[EngineBatch], None], checkpoint: Path, name: str) -> None:

@@ -1,0 +1,97 @@
+"""A stream's configuration, validated before anything starts: every bad value is one ConfigError.
+
+>>> cfg = StreamConfig.build("LR2S", policy="fixed", rate=500, speedup=4, run_dir="/tmp/x")
+>>> cfg.workload.name, cfg.policy.trigger_s, cfg.slide_s, cfg.spool_location
+('LR2S', 10.0, 10.0, '/tmp/x/spool')
+>>> StreamConfig.build("LR2S", output="csv")
+Traceback (most recent call last):
+...
+lmstream_kit.exceptions.ConfigError: output must be 'parquet' or 'noop', got 'csv'
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .exceptions import ConfigError
+from .feed.traffic import Traffic, traffic_from_spec
+from .policies import Policy, get_policy
+from .protocol import Param
+from .workloads import Workload, get_workload
+
+__all__ = ["StreamConfig"]
+
+
+def _positive(name: str, value: Any, *, allow_none: bool = False) -> float | None:
+    if value is None and allow_none:
+        return None
+    return Param(name, float, low=0, low_open=True).validate(value)
+
+
+@dataclass(frozen=True)
+class StreamConfig:
+    """What a LiveStream runs: the query, the policy, the input and where its files go."""
+
+    workload: Workload
+    policy: Policy
+    traffic: Traffic | None
+    traffic_spec: str
+    rate: float
+    speedup: float
+    seed: int
+    duration_s: float | None
+    slide_s: float
+    output: str
+    read_mode: str
+    master: str
+    partitions: int
+    input_dir: Path | None
+    run_dir: Path
+    spool_location: str
+    name: str
+
+    @classmethod
+    def build(cls, workload: str | Workload = "LR2S", *, policy: str = "lmstream", traffic: str | Traffic = "random",
+              rate: float = 1000, spread: float | None = None, speedup: float = 1.0, seed: int = 0,
+              duration_s: float | None = None, run_dir: str | Path | None = None,
+              input_dir: str | Path | None = None, spool: str | Path | None = None, master: str = "local[2]",
+              trigger_s: float | None = None, slide_s: float | None = None, output: str = "parquet",
+              read: str = "auto", partitions: int = 2, name: str | None = None) -> StreamConfig:
+        """Validate the arguments of :class:`~lmstream_kit.live.LiveStream` (see its parameters)."""
+        workload = workload if isinstance(workload, Workload) else get_workload(workload)
+        policy = get_policy(policy, trigger_s=trigger_s)
+        rate = _positive("rate", rate)
+        speedup = _positive("speedup", speedup)
+        duration_s = _positive("duration", duration_s, allow_none=True)
+        if slide_s is not None and not (isinstance(slide_s, (int, float)) and slide_s >= 0):
+            raise ConfigError(f"slide must be >= 0 seconds (0 = tumbling), got {slide_s}")
+        if output not in ("parquet", "noop"):
+            raise ConfigError(f"output must be 'parquet' or 'noop', got {output!r}")
+        if read not in ("auto", "driver", "executors"):
+            raise ConfigError(f"read must be 'auto', 'driver' or 'executors', got {read!r}")
+        input_dir = Path(input_dir) if input_dir is not None else None
+        if input_dir is not None and not input_dir.is_dir():
+            raise ConfigError(f"input directory {input_dir} does not exist")
+        if isinstance(traffic, Traffic):
+            generated = traffic
+        elif input_dir is None:
+            generated = traffic_from_spec(str(traffic), rate=rate, spread=spread, seed=int(seed))
+        else:
+            generated = None
+        if run_dir is None:
+            import tempfile
+
+            run_dir = tempfile.mkdtemp(prefix="lmstream-run-")
+        run_dir = Path(run_dir)
+        return cls(
+            workload=workload, policy=policy, traffic=generated,
+            traffic_spec=traffic if isinstance(traffic, str) else getattr(traffic, "name", "custom"),
+            rate=rate, speedup=speedup, seed=int(seed), duration_s=duration_s,
+            slide_s=float(workload.slide_s if slide_s is None else slide_s), output=output, read_mode=read,
+            master=master, partitions=int(partitions), input_dir=input_dir, run_dir=run_dir,
+            spool_location=str(spool) if spool is not None else str(run_dir / "spool"),
+            name=name or f"{workload.name}-{policy.name}-{uuid.uuid4().hex[:6]}",
+        )
