@@ -38,7 +38,7 @@ import numbers
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -48,7 +48,6 @@ from .stats import (
     ServiceTimeModel,
     _check_history,
     _nonneg,
-    _real,
     nearest_rank_quantile,
     prediction_bound,
 )
@@ -172,57 +171,6 @@ class ParamChange:
         }
 
 
-# ---------------------------------------------------------------------------
-# validation helpers
-# ---------------------------------------------------------------------------
-
-
-def _check_slide(value: Any) -> float:
-    v = _real("slide_s", value)
-    if math.isnan(v) or v < 0:
-        raise ConfigError(f"slide_s must be >= 0 (0 = tumbling window), got {value}")
-    if math.isinf(v):
-        raise ConfigError(f"slide_s must be finite, got {value}")
-    return v
-
-
-def _check_quantile(value: Any) -> float:
-    v = _real("quantile", value)
-    if not 0.0 < v < 1.0:  # also rejects NaN
-        raise ConfigError(f"quantile must be in (0, 1), got {value}")
-    return v
-
-
-def _check_initial_target(value: Any) -> float:
-    v = _real("initial_target_s", value)
-    if not (v > 0.0 and math.isfinite(v)):
-        raise ConfigError(f"initial_target_s must be a finite number > 0, got {value}")
-    return v
-
-
-def _check_prior_processing(value: Any) -> float | None:
-    if value is None:
-        return None
-    return _nonneg("prior_processing_s")(value)
-
-
-_VALIDATORS: dict[str, Callable[[Any], Any]] = {
-    "slide_s": _check_slide,
-    "quantile": _check_quantile,
-    "poll_interval_s": _nonneg("poll_interval_s"),
-    "initial_target_s": _check_initial_target,
-    "prior_processing_s": _check_prior_processing,
-    "min_margin_s": _nonneg("min_margin_s"),
-    "interval_margin": lambda v: _check_bool("interval_margin", v),
-}
-
-
-def _check_bool(name: str, value: Any) -> bool:
-    if not isinstance(value, bool):
-        raise ConfigError(f"{name} must be True or False, got {value!r}")
-    return value
-
-
 class AdmissionController(BatchController):
     """LMStream's ConstructMicroBatch: admit pending data when latency requires.
 
@@ -291,7 +239,8 @@ class AdmissionController(BatchController):
 
     prefix = "controller"
     PARAMS = (
-        Param("slide_s", float, low=0, doc="latency target, wall s (0 = running mean of past max latencies)"),
+        Param("slide_s", float, low=0, hint="0 = tumbling window",
+              doc="latency target, wall s (0 = running mean of past max latencies)"),
         Param("quantile", float, low=0, high=1, low_open=True, high_open=True,
               doc="quantile of past prediction errors kept as safety margin"),
         Param("poll_interval_s", float, low=0, doc="seconds between polls, added to the estimate"),
@@ -332,7 +281,7 @@ class AdmissionController(BatchController):
             "min_margin_s": min_margin_s,
             "interval_margin": interval_margin,
         }
-        self._p: dict[str, Any] = {k: _VALIDATORS[k](v) for k, v in values.items()}
+        self._p: dict[str, Any] = {k: self.param(k).validate(v) for k, v in values.items()}
         self._model = ServiceTimeModel(history=self._history, prior_s=0.0)
         self._residuals: deque[float] = deque(maxlen=self._history)
         self._raw_margin: float | None = None  # residual quantile, None before any
@@ -516,7 +465,7 @@ class AdmissionController(BatchController):
                 f"cannot change {', '.join(repr(k) for k in unknown)} on a live controller; "
                 f"mutable parameters: {allowed}"
             )
-        new = {k: _VALIDATORS[k](v) for k, v in changes.items()}
+        new = {k: self.param(k).validate(v) for k, v in changes.items()}
         with self._lock:
             diff = {k: (self._p[k], v) for k, v in new.items() if self._p[k] != v}
             if not diff:

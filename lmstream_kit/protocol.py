@@ -97,6 +97,7 @@ class Param:
     label: str = ""  # what a view calls it (default: the name)
     unit: str = ""  # "bytes" shows values as KiB/MiB
     step: float | None = None  # a slider's step (log2 units for log_scale)
+    hint: str = ""  # added to a bound's message, e.g. "0 = tumbling window"
 
     def validate(self, value: Any, *, label: str | None = None) -> Any:
         """The value, coerced to ``kind``; ConfigError (a ValueError) naming it when it is not allowed."""
@@ -120,10 +121,11 @@ class Param:
             v = self.kind(value)
             if isinstance(v, float) and not math.isfinite(v):
                 raise ConfigError(f"{name} must be finite, got {value!r}")
+            hint = f" ({self.hint})" if self.hint else ""
             if self.low is not None and (v <= self.low if self.low_open else v < self.low):
-                raise ConfigError(f"{name} must be {'>' if self.low_open else '>='} {self.low:g}, got {value!r}")
+                raise ConfigError(f"{name} must be {'>' if self.low_open else '>='} {self.low:g}{hint}, got {value!r}")
             if self.high is not None and (v >= self.high if self.high_open else v > self.high):
-                raise ConfigError(f"{name} must be {'<' if self.high_open else '<='} {self.high:g}, got {value!r}")
+                raise ConfigError(f"{name} must be {'<' if self.high_open else '<='} {self.high:g}{hint}, got {value!r}")
             return v
         if not isinstance(value, self.kind):
             raise ConfigError(f"{name} must be a {self.kind.__name__}, got {value!r}")
