@@ -17,6 +17,7 @@ MODULES = [
     "lmstream_kit.exceptions",
     "lmstream_kit.admission",
     "lmstream_kit.bench",
+    "lmstream_kit.bench.capacity",
     "lmstream_kit.cpu",
     "lmstream_kit.controller",
     "lmstream_kit.devices",

@@ -20,7 +20,7 @@ PURE = {
     "lmstream_kit.optimizer.runner", "lmstream_kit.runloop", "lmstream_kit.units", "lmstream_kit.stream_config",
 }
 #: modules that may use the engine adapter layer
-ENGINE_USERS = {"lmstream_kit.live", "lmstream_kit.bench", "lmstream_kit.cli",
+ENGINE_USERS = {"lmstream_kit.live", "lmstream_kit.bench.run", "lmstream_kit.cli",
                 "lmstream_kit"}  # the package re-exports SparkEngine lazily
 #: the applications on top: nothing below imports them
 APPS = ("lmstream_kit.live", "lmstream_kit.bench", "lmstream_kit.cli", "lmstream_kit.report", "widgets")

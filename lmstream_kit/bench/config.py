@@ -1,0 +1,136 @@
+"""What one bench run sweeps: :class:`BenchConfig`, its validated names and its cells in run order."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Callable, Optional, Sequence
+
+from ..devices import check_device_mode
+from ..exceptions import ConfigError
+from ..policies import POLICIES
+from ..workloads import get_workload
+
+ProgressFn = Callable[[dict], None]
+
+#: the paper's six queries (Table III)
+ALL_QUERIES = ("LR1S", "LR1T", "LR2S", "CM1S", "CM1T", "CM2S")
+
+
+@dataclass
+class BenchConfig:
+    """What one ``bench`` run sweeps.
+
+    Parameters
+    ----------
+    queries, policies, traffic : sequence of str
+        The sweep's axes (workload names, policy names, traffic patterns).
+    duration_s : float
+        Simulated seconds of traffic per cell.
+    repeat : int
+        Repetitions of each cell (repetition ``r`` uses seed ``seed + r``).
+    speedup : float
+        Simulated seconds per wall second (time compression).
+    rate : float
+        Offered rows per simulated second (the mean for random traffic).
+    spread : float, optional
+        Standard deviation of random traffic (default 25% of the rate).
+    trigger_s : float
+        The fixed policy's interval, simulated seconds (the paper's 10 s).
+    output : {"noop", "parquet"}
+        The sink of every cell (noop computes the result and drops it).
+    warmup_s : float
+        Simulated seconds of a discarded asap run of each query before its cells
+        (0: none).
+    capacity : bool
+        Also search each policy's and query's capacity.
+    capacity_duration_s : float
+        Simulated seconds of each capacity probe.
+    capacity_start : float, optional
+        First probed rate (default: ``rate``).
+    capacity_probes : int
+        Most probes per (query, policy).
+    capacity_max_rate : float
+        Highest rate the search tries.
+    device_mode : str
+        Device mode of every stream (see :mod:`lmstream_kit.devices`; default ``advisory``).
+    optimizer : bool, optional
+        Run the inflection-point optimizer (default: for the ``lmstream`` policy).
+    spark_conf : dict
+        Extra Spark confs of the bench's session (e.g. the RAPIDS plugin's).
+    """
+
+    queries: Sequence[str] = ALL_QUERIES
+    policies: Sequence[str] = ("lmstream", "fixed", "asap")
+    traffic: Sequence[str] = ("constant", "random")
+    duration_s: float = 300.0
+    repeat: int = 1
+    speedup: float = 4.0
+    rate: float = 1000.0
+    spread: Optional[float] = None
+    seed: int = 0
+    trigger_s: float = 10.0
+    master: str = "local[2]"
+    output: str = "noop"
+    read: str = "auto"
+    warmup_s: float = 20.0
+    capacity: bool = False
+    capacity_duration_s: float = 60.0
+    capacity_start: Optional[float] = None
+    capacity_probes: int = 6
+    capacity_max_rate: float = 64000.0
+    results_format: str = "parquet"
+    spark_conf: dict = field(default_factory=dict)
+    device_mode: str = "advisory"
+    optimizer: Optional[bool] = None
+
+    def __post_init__(self) -> None:
+        check_device_mode(self.device_mode)
+        self.queries = tuple(get_workload(q).name for q in _names(self.queries, "queries"))
+        self.policies = tuple(POLICIES.get(p).name for p in _names(self.policies, "policies"))
+        self.traffic = tuple(_names(self.traffic, "traffic"))
+        for t in self.traffic:
+            if t not in ("constant", "random"):
+                raise ConfigError(f"bench traffic must be 'constant' or 'random', got {t!r}")
+        for name in ("duration_s", "speedup", "rate", "trigger_s", "capacity_duration_s", "capacity_max_rate"):
+            value = getattr(self, name)
+            if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
+                raise ConfigError(f"{name.replace('_s', '')} must be > 0, got {value!r}")
+        if not (isinstance(self.repeat, int) and self.repeat >= 1):
+            raise ConfigError(f"repeat must be an integer >= 1, got {self.repeat!r}")
+        if not (isinstance(self.capacity_probes, int) and self.capacity_probes >= 1):
+            raise ConfigError(f"capacity probes must be an integer >= 1, got {self.capacity_probes!r}")
+        if self.warmup_s < 0:
+            raise ConfigError(f"warmup must be >= 0 seconds, got {self.warmup_s!r}")
+        if self.output not in ("noop", "parquet"):
+            raise ConfigError(f"output must be 'noop' or 'parquet', got {self.output!r}")
+        if self.results_format not in ("parquet", "csv"):
+            raise ConfigError(f"results format must be 'parquet' or 'csv', got {self.results_format!r}")
+        if self.capacity_start is not None and not self.capacity_start > 0:
+            raise ConfigError(f"capacity start rate must be > 0, got {self.capacity_start!r}")
+
+    def cells(self) -> list[dict]:
+        """The sweep's cells in run order: policies of one (query, traffic, rep) back to back."""
+        return [
+            {"query": q, "traffic": t, "rep": r, "policy": p}
+            for q in self.queries
+            for r in range(self.repeat)
+            for t in self.traffic
+            for p in self.policies
+        ]
+
+
+def _names(value, what: str) -> list[str]:
+    if isinstance(value, str):
+        value = value.split(",")
+    names = [str(v).strip() for v in value if str(v).strip()]
+    if not names:
+        raise ConfigError(f"bench needs at least one of {what}")
+    return names
+
+
+def _config_dict(cfg: BenchConfig) -> dict:
+    d = asdict(cfg)
+    for key in ("queries", "policies", "traffic"):
+        d[key] = list(d[key])
+    return d

@@ -1,0 +1,88 @@
+"""A bench directory's files: results, batches, capacity and bench.json written and loaded,
+the reports, and the machine, version and command line recorded with them."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import sys
+from pathlib import Path
+from typing import Optional
+
+from ..exceptions import ConfigError
+
+
+def machine_info() -> dict:
+    """CPU model, cores, memory and OS of this machine."""
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as fh:
+            for line in fh:
+                if line.startswith("model name"):
+                    cpu = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    try:
+        import psutil
+
+        memory = round(psutil.virtual_memory().total / 2**30, 1)
+    except Exception:
+        memory = None
+    return {"cpu": cpu, "cores": os.cpu_count(), "memory_gib": memory, "os": platform.platform()}
+
+
+def write_outputs(out: Path, results, batches, capacity, meta: dict, fmt: str = "parquet") -> None:
+    """Write results, batches, capacity and bench.json into ``out``."""
+    if fmt == "csv":
+        results.to_csv(out / "results.csv", index=False)
+    else:
+        results.to_parquet(out / "results.parquet", index=False)
+    batches.to_parquet(out / "batches.parquet", index=False)
+    capacity.to_parquet(out / "capacity.parquet", index=False)
+    tmp = out / "bench.json.tmp"
+    tmp.write_text(json.dumps(meta, indent=2, default=str) + "\n")
+    os.replace(tmp, out / "bench.json")
+
+
+def write_reports(out: Path, results, batches, capacity, meta: dict, *, reproduction: Optional[Path] = None,
+                  notes: Optional[str] = None) -> None:
+    from .. import report
+
+    report.write_report(out / "report.html", results, batches, capacity, meta)
+    if reproduction is not None:
+        reproduction = Path(reproduction)
+        reproduction.parent.mkdir(parents=True, exist_ok=True)
+        reproduction.write_text(report.reproduction_markdown(results, batches, capacity, meta, notes=notes))
+
+
+def load_bench(out) -> tuple:
+    """``(results, batches, capacity, meta)`` of a bench directory."""
+    import pandas as pd
+
+    out = Path(out)
+    if (out / "results.parquet").exists():
+        results = pd.read_parquet(out / "results.parquet")
+    elif (out / "results.csv").exists():
+        results = pd.read_csv(out / "results.csv")
+    else:
+        raise ConfigError(f"{out} is not a bench directory (no results.parquet or results.csv)")
+    batches = pd.read_parquet(out / "batches.parquet") if (out / "batches.parquet").exists() else pd.DataFrame()
+    capacity = (pd.read_parquet(out / "capacity.parquet") if (out / "capacity.parquet").exists()
+                else pd.DataFrame())
+    meta = json.loads((out / "bench.json").read_text()) if (out / "bench.json").exists() else {}
+    return results, batches, capacity, meta
+
+
+def _kit_version() -> str:
+    try:
+        from importlib.metadata import version
+
+        return version("lmstream_kit")
+    except Exception:
+        return "unknown"
+
+
+def command_line() -> str:
+    return " ".join(["lmstream-kit", *sys.argv[1:]])

@@ -1,0 +1,196 @@
+"""Running the sweep: :class:`_Runner` runs one cell's stream on the shared SparkSession,
+:func:`run_bench` runs every cell (and the capacity search) and writes the results."""
+
+from __future__ import annotations
+
+import platform
+import shutil
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Optional
+
+from ..exceptions import ConfigError
+from ..workloads import get_workload
+from .capacity import _capacity
+from .cells import batch_rows, cell_row
+from .config import BenchConfig, ProgressFn, _config_dict
+from .outputs import _kit_version, machine_info, write_outputs, write_reports
+
+
+class _Runner:
+    """Runs cells on one SparkSession and measures their CPU."""
+
+    def __init__(self, cfg: BenchConfig, out: Path, spark, meter) -> None:
+        self.cfg = cfg
+        self.out = out
+        self.spark = spark
+        self.meter = meter
+
+    def stream(self, query: str, policy: str, traffic: str, *, rate: float, seed: int, duration_s: float,
+               run_dir: Path):
+        from ..live import LiveStream
+
+        if run_dir.exists():
+            shutil.rmtree(run_dir)  # a fresh run, not a resume of an older bench
+        return LiveStream(
+            query,
+            policy=policy,
+            traffic=traffic,
+            rate=rate,
+            spread=self.cfg.spread,
+            speedup=self.cfg.speedup,
+            seed=seed,
+            duration_s=duration_s,
+            run_dir=run_dir,
+            spark=self.spark,
+            trigger_s=self.cfg.trigger_s,
+            output=self.cfg.output,
+            read=self.cfg.read,
+            device_mode=self.cfg.device_mode,
+            optimizer=self.cfg.optimizer,
+        )
+
+    def run(self, query: str, policy: str, traffic: str, *, rate: float, seed: int, duration_s: float,
+            run_dir: Path, catch_up_s: Optional[float] = None):
+        """Run one stream to the end of its traffic; returns (metrics frame, cpu dict, caught_up).
+
+        With ``catch_up_s=None`` everything fed is processed (the stream is
+        drained).  Otherwise the stream gets ``catch_up_s`` wall seconds after the
+        feed ends to process what is pending under its own policy, and is then
+        stopped; ``caught_up`` says whether it did.
+        """
+        from ..metrics import load_metrics
+
+        cfg = self.cfg
+        stream = self.stream(query, policy, traffic, rate=rate, seed=seed, duration_s=duration_s,
+                             run_dir=run_dir)
+        before = self.meter.sample() if self.meter is not None else None
+        wall = duration_s / cfg.speedup
+        caught_up = True
+        stream.start()
+        try:
+            stream.wait(until=lambda s: s.feed_finished(), timeout=3 * wall + 120)
+            if catch_up_s is None:
+                stream.stop(drain=True, timeout=3 * wall + 120)
+            else:
+                try:
+                    stream.wait(until=lambda s: s.caught_up(), timeout=catch_up_s)
+                except TimeoutError:
+                    caught_up = False
+                stream.stop(drain=False)
+        finally:
+            stream.stop(drain=False)  # no-op when already stopped
+        after = self.meter.sample() if self.meter is not None else None
+        cpu = (after - before).to_dict() if before is not None else None
+        return load_metrics(run_dir), cpu, caught_up
+
+
+@dataclass
+class BenchResult:
+    results: Any
+    batches: Any
+    capacity: Any
+    meta: dict
+    out: Path
+
+    @property
+    def report(self) -> Path:
+        return self.out / "report.html"
+
+
+def run_bench(
+    cfg: BenchConfig,
+    out,
+    *,
+    spark=None,
+    progress: Optional[ProgressFn] = None,
+    command: Optional[str] = None,
+    reproduction: Optional[Path] = None,
+    notes: Optional[str] = None,
+) -> BenchResult:
+    """Run the sweep (and the capacity search) and write results, figures and report.
+
+    ``progress(event)`` is called before and after every cell/probe with
+    ``{"phase", "done", "total", "label"}`` (``phase``: warmup, sweep, capacity).
+    """
+    import pandas as pd
+
+    from ..cpu import CpuMeter
+    from ..engine.adapter import SparkEngine
+    from ..metrics import JsonlWriter
+
+    out = Path(out)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(f"cannot create bench directory {out}: {exc.strerror}") from None
+    notify = progress or (lambda event: None)
+    started = datetime.now(timezone.utc)
+    engine = SparkEngine(master=cfg.master, spark=spark, conf=cfg.spark_conf, app_name="lmstream_kit-bench")
+    engine.open()
+    try:
+        meter = CpuMeter(engine.driver_pid())
+        runner = _Runner(cfg, out, engine.spark, meter)
+        meta = {
+            "command": command or "run_bench(...)",
+            "started_at": started.isoformat(timespec="seconds"),
+            "machine": machine_info(),
+            "python": platform.python_version(),
+            "spark_version": engine.spark_version(),
+            "java_version": engine.java_version(),
+            "kit_version": _kit_version(),
+            "master": engine.master,
+            "config": _config_dict(cfg),
+            **{k: _config_dict(cfg)[k] for k in ("speedup", "duration_s", "repeat", "rate", "queries",
+                                                  "policies", "traffic", "trigger_s", "output")},
+        }
+        cells_log = JsonlWriter(out / "cells.jsonl")
+        rows: list[dict] = []
+        batch_records: list[dict] = []
+        cells = cfg.cells()
+        warm = [q for q in cfg.queries] if cfg.warmup_s > 0 else []
+        total = len(cells) + len(warm)
+        done = 0
+        warmed: set[str] = set()
+        for cell in cells:
+            workload = get_workload(cell["query"])
+            if cfg.warmup_s > 0 and workload.name not in warmed:
+                label = f"warm-up {workload.name}"
+                notify({"phase": "warmup", "done": done, "total": total, "label": label})
+                runner.run(workload.name, "asap", "constant", rate=cfg.rate, seed=cfg.seed,
+                           duration_s=cfg.warmup_s, run_dir=out / "runs" / f"warmup-{workload.name}")
+                warmed.add(workload.name)
+                done += 1
+            label = f"{workload.name} {cell['policy']} {cell['traffic']} r{cell['rep']}"
+            notify({"phase": "sweep", "done": done, "total": total, "label": label})
+            seed = cfg.seed + cell["rep"]
+            run_dir = out / "runs" / f"{workload.name}-{cell['policy']}-{cell['traffic']}-r{cell['rep']}"
+            metrics, cpu, _ = runner.run(workload.name, cell["policy"], cell["traffic"], rate=cfg.rate,
+                                         seed=seed, duration_s=cfg.duration_s, run_dir=run_dir)
+            row = cell_row(metrics, workload=workload, policy=cell["policy"], traffic=cell["traffic"],
+                           rep=cell["rep"], seed=seed, rate=cfg.rate, speedup=cfg.speedup,
+                           duration_s=cfg.duration_s, cpu=cpu)
+            row.update(run_dir=str(run_dir.relative_to(out)), spark_version=meta["spark_version"])
+            rows.append(row)
+            cells_log.append(row)
+            batch_records.extend(batch_rows(metrics, workload=workload, policy=cell["policy"],
+                                            traffic=cell["traffic"], rep=cell["rep"], speedup=cfg.speedup))
+            done += 1
+            notify({"phase": "sweep", "done": done, "total": total, "label": label})
+        cells_log.close()
+
+        probes: list[dict] = []
+        if cfg.capacity:
+            probes = _capacity(cfg, runner, out, notify)
+
+        results = pd.DataFrame(rows)
+        batches = pd.DataFrame(batch_records)
+        capacity = pd.DataFrame(probes, columns=["query", "policy", "probe", "rate", "within_bound",
+                                                 "passed", "batches", "caught_up"])
+        meta["finished_at"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
+        write_outputs(out, results, batches, capacity, meta, cfg.results_format)
+        write_reports(out, results, batches, capacity, meta, reproduction=reproduction, notes=notes)
+        return BenchResult(results, batches, capacity, meta, out)
+    finally:
+        engine.close()
