@@ -113,8 +113,10 @@ def test_fixed_trigger_latency_is_at_least_the_trigger(spark, tmp_path):
     # second may start late into its own interval
     full = data.iloc[2:]
     assert len(full) >= 2
-    # the 10 s trigger is in simulated seconds: 2.5 wall seconds at speedup 4
-    assert (full["max_latency_s"] >= 2.5).all(), full[["batch_id", "max_latency_s"]].to_string()
+    # the 10 s trigger is in simulated seconds: 2.5 wall seconds at speedup 4; a batch's oldest
+    # dataset may arrive up to one dataset interval (0.25 wall s) after the previous tick, so its
+    # latency is at least the trigger less that interval (plus its processing, often under 0.25 s)
+    assert (full["max_latency_s"] >= 2.5 - 0.25).all(), full[["batch_id", "max_latency_s"]].to_string()
     # the oldest dataset of a batch arrived at most one dataset interval (1 simulated s,
     # 0.25 wall s) after the previous admission, and Spark's trigger fires with some
     # jitter (the gaps below allow 0.2 s)
