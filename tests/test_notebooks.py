@@ -202,12 +202,35 @@ def check_lab(nb, run_dir: Path, summary: dict) -> None:
     assert targets[0] == pytest.approx(2 * targets[-1]), targets
 
 
+def check_custom_controller(nb, run_dir: Path, summary: dict) -> None:
+    records = metrics_of(run_dir)["."]
+    # the plug-in's parameter is drawn by the dashboard after the kit's own controls
+    assert summary["controls"][-1] == "rowbudget.row_budget", summary["controls"]
+    # its change is recorded once, with the first batch that used the new budget
+    changes = [(r["batch_id"], c) for r in records for c in r.get("changes") or []
+               if c["param"] == "rowbudget.row_budget"]
+    assert len(changes) == 1 and changes[0][0] == summary["change_batch_id"], changes
+    assert (changes[0][1]["old"], changes[0][1]["value"]) == (summary["row_budget"], summary["new_row_budget"])
+    assert summary["history"] == [[summary["change_batch_id"], "rowbudget.row_budget", summary["new_row_budget"]]]
+    # and its fields are in every data record, computed with the budget in force for that batch
+    data = data_records(records)
+    before = [r for r in data if r["batch_id"] < summary["change_batch_id"]]
+    after = [r for r in data if r["batch_id"] >= summary["change_batch_id"]]
+    assert before and after, [r["batch_id"] for r in data]
+    assert {r["row_budget"] for r in before} == {summary["row_budget"]}
+    assert {r["row_budget"] for r in after} == {summary["new_row_budget"]}
+    assert all(r["over_budget"] == (r["rows"] > r["row_budget"]) for r in data)
+    assert any(r["over_budget"] for r in after), "the lowered budget flags no batch"
+    assert "refused: rowbudget.row_budget must be >= 1, got 0" in text_of(nb)
+
+
 CHECKS = {
     "00_quickstart": check_quickstart,
     "01_dynamic_batching": check_dynamic_batching,
     "02_device_mapping": check_device_mapping,
     "03_parameter_optimization": check_parameter_optimization,
     "04_policy_comparison": check_policy_comparison,
+    "05_custom_controller": check_custom_controller,
     "lab_01_latency_bounds": check_lab,
 }
 
