@@ -184,6 +184,8 @@ class Placement(BatchController):
         self.strategy: PlacementStrategy = PlacementStrategy(self)
         self.workload = None
         self.engine = None
+        self._batches = 0  # batches completed: the optimizer's index at admission
+        self._plan: DevicePlan | None = None  # placed in before_batch, carried out in run_batch
         self.read_span: Callable[[int, int], Any] = lambda start, end: None
 
     def bind_changelog(self, log) -> None:
@@ -210,7 +212,7 @@ class Placement(BatchController):
     def controls(self) -> list[Control]:
         lo, hi = _INFLECTION_EXP
         tip = _INFLECTION.doc
-        bounds = self.optimizer.snapshot().get("bounds") if self.optimizer is not None else None
+        bounds = self.optimizer.bounds if self.optimizer is not None else None
         if bounds:
             lo, hi = min(lo, math.floor(math.log2(bounds[0]))), max(hi, math.ceil(math.log2(bounds[1])))
             tip += (f" The optimizer accepts {format_bytes(bounds[0])} to {format_bytes(bounds[1])};"
@@ -258,8 +260,6 @@ class Placement(BatchController):
         placed = self.strategy.at_admission(batch_bytes(pending), self._batches)
         return {"placement": placed} if placed is not None else None
 
-    _batches = 0  # batches completed: the optimizer's index at admission
-
     def before_batch(self, ctx: BatchContext) -> Mapping[str, Any] | None:
         if ctx.nbytes <= 0:  # no data (e.g. Spark's no-data batch that closes windows): nothing to place
             return {"device_mode": self.mode.mode}
@@ -290,8 +290,6 @@ class Placement(BatchController):
             fields["plan_applied"] = bool(placed["applied"])
         self._plan = plan
         return fields
-
-    _plan: DevicePlan | None = None
 
     def run_batch(self, ctx: BatchContext, output_dir) -> tuple[int, dict]:
         """Run the batch the way the strategy says (Spark, or the twin); output rows and fields."""

@@ -367,6 +367,11 @@ class InflectionOptimizer(Tunable):
             self._record("frozen", False)
 
     @property
+    def bounds(self) -> tuple[float, float]:
+        """The range (bytes) the inflection point is kept in; fixed when the optimizer is made."""
+        return self._bounds
+
+    @property
     def frozen(self) -> bool:
         """Whether proposals are held back (after :meth:`freeze` or :meth:`set_inflection_point`)."""
         return self._frozen
