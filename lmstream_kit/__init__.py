@@ -8,7 +8,16 @@ without pyspark.
 
 __version__ = "0.1.0"
 
-__all__ = ["LiveStream", "AdmissionController", "SparkEngine", "load_metrics", "__version__"]
+__all__ = [
+    "LiveStream",
+    "AdmissionController",
+    "SparkEngine",
+    "Workload",
+    "attach",
+    "define_workload",
+    "load_metrics",
+    "__version__",
+]
 
 
 def __getattr__(name):
@@ -24,6 +33,14 @@ def __getattr__(name):
         from .controller import AdmissionController
 
         return AdmissionController
+    if name == "attach":
+        from .attach import attach
+
+        return attach
+    if name in ("define_workload", "Workload"):
+        from . import workloads
+
+        return getattr(workloads, name)
     if name == "load_metrics":
         from .metrics import load_metrics
 

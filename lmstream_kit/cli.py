@@ -53,7 +53,7 @@ def cli() -> None:
 
 
 @cli.command()
-@click.option("--workload", default="LR2S", show_default=True, help="Workload (see `lmstream-kit workloads`).")
+@click.option("--workload", default="LR2S", show_default=True, help="Workload: a built-in (see `lmstream-kit workloads`) or your own query, path/to/file.py:NAME or package.module:NAME.")
 @click.option(
     "--traffic",
     default="random",
@@ -89,6 +89,7 @@ def run(workload, traffic, rate, spread, policy, trigger_s, slide_s, tumbling, d
     datasets, the checkpoint and the query output.
     """
     from .live import LiveStream
+    from .workloads import load_workload
 
     if duration is None or not duration > 0:
         raise KitError(f"duration must be > 0 seconds, got {duration}")
@@ -98,8 +99,9 @@ def run(workload, traffic, rate, spread, policy, trigger_s, slide_s, tumbling, d
         if slide_s is not None:
             raise KitError("--slide and --tumbling exclude each other")
         slide_s = 0.0
+    workload = load_workload(workload)
     if out is None:
-        out = Path("runs") / f"{workload}-{policy}-{datetime.now():%Y%m%d-%H%M%S}"
+        out = Path("runs") / f"{workload.name}-{policy}-{datetime.now():%Y%m%d-%H%M%S}"
     stream = LiveStream(
         workload,
         policy=policy,
@@ -268,7 +270,7 @@ def compare(run_dirs):
 
 
 @cli.command()
-@click.option("--queries", default=",".join(("LR1S", "LR1T", "LR2S", "CM1S", "CM1T", "CM2S")), show_default=True, help="Comma-separated workloads.")
+@click.option("--queries", default=",".join(("LR1S", "LR1T", "LR2S", "CM1S", "CM1T", "CM2S")), show_default=True, help="Comma-separated workloads: built-ins, or your own as path/to/file.py:NAME or package.module:NAME (with a traffic generator).")
 @click.option("--policies", default="lmstream,fixed,asap", show_default=True, help="Comma-separated policies.")
 @click.option("--traffic", default="constant,random", show_default=True, help="Comma-separated traffic patterns.")
 @click.option("--duration", default=300.0, show_default=True, type=float, help="Simulated seconds of traffic per cell.")
@@ -378,19 +380,42 @@ def _bench_table(results) -> None:
 
 
 @cli.command()
-def workloads():
-    """List the available workloads."""
-    from .workloads import WORKLOADS
+@click.option("--workload", "spec", default=None, help="Describe your own: path/to/file.py[:NAME] or package.module:NAME.")
+def workloads(spec):
+    """List the available workloads, or describe your own (--workload)."""
+    from .workloads import WORKLOADS, load_workload
+    from .workloads.loader import workloads_in
 
-    for name in WORKLOADS.names():
-        w = WORKLOADS.get(name)
-        if not w.window_range_s:
-            window = f"bound {w.slide_s:g} s"
-        elif w.slide_s == 0:
-            window = f"tumbling {w.window_range_s:g} s"
-        else:
-            window = f"range {w.window_range_s:g} s, slide {w.slide_s:g} s"
-        click.echo(f"{name:12s} {window:26s} {w.description}")
+    if spec is None:
+        for name in WORKLOADS.names():
+            w = WORKLOADS.get(name)
+            click.echo(f"{name:12s} {_window_text(w):26s} {w.description}")
+        return
+    if ":" in spec or spec.endswith(".py"):
+        target, _, attr = spec.rpartition(":") if ":" in spec else (spec, "", "")
+        found = [load_workload(spec)] if attr else list(workloads_in(target).values())
+        if not found:
+            raise KitError(f"{target} defines no workload (build one with lmstream_kit.define_workload)")
+    else:
+        found = [load_workload(spec)]
+    for w in found:
+        click.echo(f"{w.name}: {w.description}")
+        click.echo(f"  window:     {_window_text(w)}")
+        click.echo(f"  event time: {w.event_time or w.time_column or '-'}")
+        click.echo(f"  schema:     {', '.join(f'{f.name} {f.type}' for f in w.schema)}")
+        if w.checks:
+            click.echo(f"  checks:     {', '.join(w.checks)}")
+        click.echo(f"  traffic:    {'generated (rows=), or --input DIR' if w.generated else 'files only: --input DIR'}")
+
+
+def _window_text(w) -> str:
+    if w.window_from_plan:
+        return "read from the query's plan"
+    if not w.window_range_s:
+        return f"bound {w.slide_s:g} s"
+    if w.slide_s == 0:
+        return f"tumbling {w.window_range_s:g} s"
+    return f"range {w.window_range_s:g} s, slide {w.slide_s:g} s"
 
 
 @cli.command()

@@ -29,7 +29,7 @@ from .stream_config import StreamConfig
 from .runinfo import final_run_info, run_info
 from .runloop import BatchSettings, RunLoop
 from .protocol import BatchController, ChangeLog
-from .record import controller_target_s, latency_bound, summarize
+from .record import controller_target_s, latency_bound, summarize, tumbling_start_s
 from .workloads import Workload
 
 BatchCallback = Callable[[dict], None]
@@ -41,7 +41,9 @@ class LiveStream(StreamControls):
     Parameters
     ----------
     workload : str or Workload
-        Registered workload name, e.g. ``"LR2S"``, or a Workload object.
+        Registered workload name, e.g. ``"LR2S"``, your own query's Workload
+        (:func:`~lmstream_kit.workloads.define_workload`), or ``"path/to/file.py:NAME"``
+        / ``"package.module:NAME"``.
     policy : str
         ``"lmstream"``, ``"fixed"`` or ``"asap"``.
     traffic : str or Traffic
@@ -142,13 +144,20 @@ class LiveStream(StreamControls):
             workload, policy=policy, traffic=traffic, rate=rate, spread=spread, speedup=speedup, seed=seed,
             duration_s=duration_s, run_dir=run_dir, input_dir=input_dir, spool=spool, master=master,
             trigger_s=trigger_s, slide_s=slide_s, output=output, read=read, partitions=partitions, name=name)
+        self.engine = SparkEngine(master=master, spark=spark, conf=spark_conf)
+        if config.workload.window_from_plan:  # window="infer": Spark's plan of the query tells (opens Spark)
+            found = config.workload.with_window(*self.engine.query_window(config.workload))
+            config = dataclasses.replace(config, workload=found,
+                                         slide_s=found.slide_s if slide_s is None else config.slide_s)
         for f in dataclasses.fields(config):  # the live setters change some of these (slide, policy, ...)
             setattr(self, f.name, getattr(config, f.name))
-        self.engine = SparkEngine(master=master, spark=spark, conf=spark_conf)
         self._changelog = ChangeLog()  # the stream's one change log: every controller writes to it
         # Spark's first data batch runs on a cold JVM (several times slower than
-        # the next ones); by default the controller does not learn from it.
-        self._controller_params = {"warmup": 1, **(controller or {})}
+        # the next ones); by default the controller does not learn from it.  A
+        # tumbling target starts from the window's length (record.tumbling_start_s).
+        window = self.workload.window_range_s or self.workload.slide_s
+        start = {"initial_target_s": tumbling_start_s(window, self.speedup)} if window > 0 else {}
+        self._controller_params = {"warmup": 1, **start, **(controller or {})}
         gate = self.policy.make_gate(slide_s=self.slide_s / self.speedup,
                                      controller_params=self._controller_params)
         gate.bind_changelog(self.changelog)

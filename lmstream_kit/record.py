@@ -25,6 +25,7 @@ __all__ = [
     "BatchRecord",
     "Dataset",
     "controller_target_s",
+    "tumbling_start_s",
     "fields_markdown",
     "latency_bound",
     "net_processing",
@@ -62,6 +63,24 @@ def controller_target_s(slide_s: float, speedup: float = 1.0) -> float | None:
     (2.5, True)
     """
     return float(slide_s) / float(speedup) if slide_s > 0 else None
+
+
+#: a tumbling window's first controller target, as a fraction of its length: the paper pairs
+#: each tumbling query with a sliding one whose slide is a sixth of the same range
+#: (LR1S 30 s by 5 s, CM1S 60 s by 10 s), so a tumbling query starts at its twin's bound
+TUMBLING_START_FRACTION = 1 / 6
+
+
+def tumbling_start_s(window_s: float, speedup: float = 1.0) -> float:
+    """The admission controller's first target (wall s) for a tumbling window of ``window_s``.
+
+    The target then follows the running mean of the batches' maximum latencies
+    (:func:`controller_target_s`); this is where it starts.
+
+    >>> tumbling_start_s(30, speedup=2), tumbling_start_s(20)
+    (2.5, 3.3333333333333335)
+    """
+    return float(window_s) * TUMBLING_START_FRACTION / float(speedup)
 
 
 def _doc(text: str, default: Any = None, *, keep_none: bool = True) -> Any:

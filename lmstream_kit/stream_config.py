@@ -20,7 +20,7 @@ from .exceptions import ConfigError
 from .feed.traffic import Traffic, traffic_from_spec
 from .policies import Policy, get_policy
 from .protocol import Param
-from .workloads import Workload, get_workload
+from .workloads import Workload, load_workload
 
 __all__ = ["StreamConfig"]
 
@@ -61,7 +61,7 @@ class StreamConfig:
               trigger_s: float | None = None, slide_s: float | None = None, output: str = "parquet",
               read: str = "auto", partitions: int = 2, name: str | None = None) -> StreamConfig:
         """Validate the arguments of :class:`~lmstream_kit.live.LiveStream` (see its parameters)."""
-        workload = workload if isinstance(workload, Workload) else get_workload(workload)
+        workload = load_workload(workload)
         policy = get_policy(policy, trigger_s=trigger_s)
         rate = _positive("rate", rate)
         speedup = _positive("speedup", speedup)
@@ -75,6 +75,9 @@ class StreamConfig:
         input_dir = Path(input_dir) if input_dir is not None else None
         if input_dir is not None and not input_dir.is_dir():
             raise ConfigError(f"input directory {input_dir} does not exist")
+        if input_dir is None and not workload.generated:
+            raise ConfigError(f"workload {workload.name} has no traffic generator (rows=): run it on your files "
+                              "with input_dir=DIR (CLI: --input DIR)")
         if isinstance(traffic, Traffic):
             generated = traffic
         elif input_dir is None:

@@ -7,9 +7,11 @@
 from __future__ import annotations
 
 import math
+import re
+from datetime import timedelta
 from typing import Any
 
-__all__ = ["format_bytes", "format_value"]
+__all__ = ["format_bytes", "format_value", "parse_duration"]
 
 
 def format_bytes(nbytes: Any) -> str:
@@ -41,3 +43,61 @@ def format_value(value: Any, unit: str = "", digits: int = 2) -> str:
     if isinstance(value, float):
         return f"{value:,.{digits}f}{unit}"
     return f"{value:,}{unit}"
+
+
+#: seconds per unit of a duration, Spark's interval words and their short forms
+_UNITS = {
+    "week": 604800.0, "w": 604800.0, "day": 86400.0, "d": 86400.0,
+    "hour": 3600.0, "hr": 3600.0, "h": 3600.0,
+    "minute": 60.0, "min": 60.0, "m": 60.0,
+    "second": 1.0, "sec": 1.0, "s": 1.0,
+    "millisecond": 1e-3, "ms": 1e-3, "microsecond": 1e-6, "us": 1e-6,
+}
+_TERM = re.compile(r"\s*([0-9]*\.?[0-9]+)\s*([a-z]+)\s*")
+
+
+def parse_duration(value: Any, what: str = "duration") -> float:
+    """Seconds in ``value``: a number of seconds, a ``timedelta``, or text as Spark writes intervals.
+
+    Text is one or more ``<number> <unit>`` terms (``"20 seconds"``, ``"1 minute 30 s"``,
+    ``"500 ms"``, ``"interval 2 hours"``); units are Spark's words in singular or plural
+    and their short forms.  Raises ConfigError (a ValueError) naming ``what`` and the value.
+
+    >>> parse_duration("20 seconds"), parse_duration("1 minute 30 s"), parse_duration(2.5)
+    (20.0, 90.0, 2.5)
+    >>> parse_duration("10 parsecs", "window")
+    Traceback (most recent call last):
+    ...
+    lmstream_kit.exceptions.ConfigError: window must be a number of seconds or a duration such as '20 seconds', got '10 parsecs'
+    """
+    from .exceptions import ConfigError
+
+    bad = ConfigError(f"{what} must be a number of seconds or a duration such as '20 seconds', got {value!r}")
+    if isinstance(value, bool):
+        raise bad
+    if isinstance(value, timedelta):
+        seconds = value.total_seconds()
+    elif isinstance(value, (int, float)):
+        seconds = float(value)
+    elif isinstance(value, str):
+        text = value.strip().lower()
+        text = text[len("interval"):] if text.startswith("interval") else text
+        if re.fullmatch(r"\s*[0-9]*\.?[0-9]+\s*", text):
+            text += " s"  # a bare number is seconds
+        seconds, pos = 0.0, 0
+        for term in _TERM.finditer(text):
+            if term.start() != pos:
+                raise bad
+            unit = term.group(2)
+            unit = unit[:-1] if unit.endswith("s") and unit[:-1] in _UNITS and len(unit) > 2 else unit
+            if unit not in _UNITS:
+                raise bad
+            seconds += float(term.group(1)) * _UNITS[unit]
+            pos = term.end()
+        if pos == 0 or pos != len(text):
+            raise bad
+    else:
+        raise bad
+    if not math.isfinite(seconds) or seconds < 0:
+        raise bad
+    return seconds

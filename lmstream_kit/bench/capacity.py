@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Optional
 
 from ..exceptions import ConfigError
-from ..workloads import get_workload
 from .cells import bound_s
 from .config import BenchConfig, ProgressFn
 
@@ -98,7 +97,7 @@ def _capacity(cfg: BenchConfig, runner: _Runner, out: Path, notify: ProgressFn) 
     probes: list[dict] = []
     log = JsonlWriter(out / "capacity.jsonl")
     for query, policy in pairs:
-        workload = get_workload(query)
+        workload = cfg.workload(query)
         bound = bound_s(workload, cfg.speedup)
         # after the feed ends, a policy gets one trigger interval (fixed) plus two
         # bounds to catch up; a stream that cannot is overloaded

@@ -9,7 +9,7 @@ from typing import Callable, Optional, Sequence
 from ..devices import check_device_mode
 from ..exceptions import ConfigError
 from ..policies import POLICIES
-from ..workloads import get_workload
+from ..workloads import Workload, load_workload
 
 ProgressFn = Callable[[dict], None]
 
@@ -86,7 +86,19 @@ class BenchConfig:
 
     def __post_init__(self) -> None:
         check_device_mode(self.device_mode)
-        self.queries = tuple(get_workload(q).name for q in _names(self.queries, "queries"))
+        # names or your own queries (FILE.py:NAME, MODULE:NAME, Workload objects), resolved once
+        self._workloads: dict[str, Workload] = {}
+        for q in (self.queries.split(",") if isinstance(self.queries, str) else self.queries):
+            if isinstance(q, str) and not q.strip():
+                continue
+            w = load_workload(q.strip() if isinstance(q, str) else q)
+            if not w.generated:
+                raise ConfigError(f"workload {w.name} has no traffic generator (rows=): bench runs generated "
+                                  "traffic; give the workload one, or run it on files with `run --input`")
+            self._workloads[w.name] = w
+        if not self._workloads:
+            raise ConfigError("bench needs at least one of queries")
+        self.queries = tuple(self._workloads)
         self.policies = tuple(POLICIES.get(p).name for p in _names(self.policies, "policies"))
         self.traffic = tuple(_names(self.traffic, "traffic"))
         for t in self.traffic:
@@ -108,6 +120,16 @@ class BenchConfig:
             raise ConfigError(f"results format must be 'parquet' or 'csv', got {self.results_format!r}")
         if self.capacity_start is not None and not self.capacity_start > 0:
             raise ConfigError(f"capacity start rate must be > 0, got {self.capacity_start!r}")
+
+    def workload(self, name: str) -> Workload:
+        """The Workload a query name of this bench stands for."""
+        return self._workloads[name]
+
+    def resolve_windows(self, query_window: Callable[[Workload], tuple]) -> None:
+        """Read windows from the queries' plans (``window="infer"``) with the engine's ``query_window``."""
+        for name, w in self._workloads.items():
+            if w.window_from_plan:
+                self._workloads[name] = w.with_window(*query_window(w))
 
     def cells(self) -> list[dict]:
         """The sweep's cells in run order: policies of one (query, traffic, rep) back to back."""

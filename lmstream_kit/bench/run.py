@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any, Optional
 
 from ..exceptions import ConfigError
-from ..workloads import get_workload
 from .capacity import _capacity
 from .cells import batch_rows, cell_row
 from .config import BenchConfig, ProgressFn, _config_dict
@@ -34,7 +33,7 @@ class _Runner:
         if run_dir.exists():
             shutil.rmtree(run_dir)  # a fresh run, not a resume of an older bench
         return LiveStream(
-            query,
+            self.cfg.workload(query),
             policy=policy,
             traffic=traffic,
             rate=rate,
@@ -130,6 +129,7 @@ def run_bench(
     engine = SparkEngine(master=cfg.master, spark=spark, conf=cfg.spark_conf, app_name="lmstream_kit-bench")
     engine.open()
     try:
+        cfg.resolve_windows(engine.query_window)
         meter = CpuMeter(engine.driver_pid())
         runner = _Runner(cfg, out, engine.spark, meter)
         meta = {
@@ -154,7 +154,7 @@ def run_bench(
         done = 0
         warmed: set[str] = set()
         for cell in cells:
-            workload = get_workload(cell["query"])
+            workload = cfg.workload(cell["query"])
             if cfg.warmup_s > 0 and workload.name not in warmed:
                 label = f"warm-up {workload.name}"
                 notify({"phase": "warmup", "done": done, "total": total, "label": label})

@@ -194,6 +194,14 @@ class SparkEngine:
 
         return streaming_plan_dag(self.query)
 
+    def query_window(self, workload) -> tuple[float, float]:
+        """``(range_s, slide_s)`` of the window in ``workload``'s query plan (opens the session)."""
+        from .window import query_window
+
+        if self.spark is None:
+            self.open()
+        return query_window(self.spark, workload)
+
     def checkpoint_offsets(self, checkpoint: Path) -> tuple[int | None, int | None]:
         from .stream import checkpoint_offsets
 

@@ -64,48 +64,94 @@ class _Rejects:
         return mask
 
 
-def validate_checks(checks: Mapping, schema: pa.Schema) -> dict[str, tuple]:
-    """``checks`` as ``{column: (lo, hi)}`` after checking each names a column of ``schema``.
+def validate_checks(checks: Mapping, schema: pa.Schema) -> dict[str, Any]:
+    """``checks`` after checking each names a column of ``schema`` and is a check of a known kind.
+
+    A check is a ``(lo, hi)`` range (either end may be None), a set of allowed
+    values, or a function ``f(value) -> bool`` of one non-null value.
 
     Raises
     ------
     ConfigError
-        For an unknown column, a value that is not a pair, or ``lo > hi``.
+        For an unknown column, a check of another kind, or ``lo > hi``.
     """
-    out = {}
-    for col, bounds in checks.items():
+    out: dict[str, Any] = {}
+    for col, check in checks.items():
         if col not in schema.names:
             raise ConfigError(f"check on unknown column {col!r}; spool columns: {', '.join(schema.names)}")
+        if isinstance(check, (set, frozenset)):
+            out[col] = frozenset(check)
+            continue
+        if callable(check):
+            out[col] = check
+            continue
         try:
-            lo, hi = bounds
+            lo, hi = check
         except (TypeError, ValueError):
-            raise ConfigError(f"check for column {col!r} must be a (lo, hi) pair, got {bounds!r}") from None
+            raise ConfigError(f"check for column {col!r} must be a (lo, hi) pair, a set of allowed values "
+                              f"or a function of the value, got {check!r}") from None
         if lo is not None and hi is not None and lo > hi:
             raise ConfigError(f"check for column {col!r} has lo > hi: ({lo}, {hi})")
         out[col] = (lo, hi)
     return out
 
 
+def _check_name(fn: Callable) -> str:
+    return getattr(fn, "__name__", None) or type(fn).__name__
+
+
+def _failing(arr: pa.Array, col: str, check: Any) -> tuple[np.ndarray, Callable[[int], str]]:
+    """Rows of ``arr`` that fail ``check`` (nulls never do) and the reason for a row."""
+    show = lambda r: _show(arr[r].as_py())  # noqa: E731
+    if isinstance(check, (set, frozenset)):
+        allowed = sorted(check, key=repr)
+        try:
+            inside = pc.is_in(arr, value_set=pa.array(allowed, type=arr.type))
+        except (pa.ArrowInvalid, pa.ArrowTypeError):
+            raise ConfigError(f"check for column {col!r}: allowed values {allowed!r} are not {arr.type}") from None
+        bad = pc.and_(pc.invert(inside), arr.is_valid())
+        listed = ", ".join(map(repr, allowed[:10])) + (", ..." if len(allowed) > 10 else "")
+        return (np.flatnonzero(bad.to_numpy(zero_copy_only=False)),
+                lambda r: f"column '{col}': value {show(r)} is not one of {{{listed}}}")
+    if callable(check):
+        errors: dict[int, str] = {}
+        bad_rows = []
+        for r, v in enumerate(arr.to_pylist()):
+            if v is None:
+                continue
+            try:
+                ok = bool(check(v))
+            except Exception as exc:  # the user's check raised: the row fails with the reason
+                ok, errors[r] = False, f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+            if not ok:
+                bad_rows.append(r)
+        name = _check_name(check)
+        return (np.array(bad_rows, dtype=np.int64),
+                lambda r: f"column '{col}': value {show(r)} fails check {name}"
+                + (f" ({errors[r]})" if r in errors else ""))
+    lo, hi = check
+    out = None
+    if lo is not None:
+        out = pc.less(arr, pa.scalar(lo))
+    if hi is not None:
+        gt = pc.greater(arr, pa.scalar(hi))
+        out = gt if out is None else pc.or_(out, gt)
+    if out is None:
+        return np.array([], dtype=np.int64), show
+    lo_s, hi_s = ("-inf" if lo is None else lo), ("inf" if hi is None else hi)
+    return (np.flatnonzero(out.fill_null(False).to_numpy(zero_copy_only=False)),
+            lambda r: f"column '{col}': value {show(r)} is outside [{lo_s}, {hi_s}]")
+
+
 def apply_checks(
-    arrays: list[pa.Array], problems: _Rejects, n: int, schema: pa.Schema, checks: Mapping[str, tuple]
+    arrays: list[pa.Array], problems: _Rejects, n: int, schema: pa.Schema, checks: Mapping[str, Any]
 ) -> tuple[pa.Table, list[int]]:
-    """Apply range checks, drop rejected rows, return (good table, bad row indices)."""
-    for col, (lo, hi) in checks.items():
+    """Apply the value checks, drop rejected rows, return (good table, bad row indices)."""
+    for col, check in checks.items():
         arr = arrays[schema.get_field_index(col)]
-        out = None
-        if lo is not None:
-            out = pc.less(arr, pa.scalar(lo))
-        if hi is not None:
-            gt = pc.greater(arr, pa.scalar(hi))
-            out = gt if out is None else pc.or_(out, gt)
-        if out is None:
-            continue
-        bad = np.flatnonzero(out.fill_null(False).to_numpy(zero_copy_only=False))
+        bad, reason_of = _failing(arr, col, check)
         if bad.size:
-            lo_s, hi_s = ("-inf" if lo is None else lo), ("inf" if hi is None else hi)
-            problems.add_many(
-                bad, lambda r, a=arr, c=col, l=lo_s, h=hi_s: f"column '{c}': value {_show(a[r].as_py())} is outside [{l}, {h}]"
-            )
+            problems.add_many(bad, reason_of)
     mask = problems.good_mask(n)
     mask_arr = pa.array(mask, type=pa.bool_())
     kept = [a.filter(mask_arr) for a in arrays]
@@ -152,11 +198,19 @@ def _convert_strings(field: pa.Field, arr: pa.Array, problems: _Rejects) -> pa.A
     else:
         trimmed = pc.utf8_trim_whitespace(arr)
         empty = pc.equal(trimmed, "")
+        if pa.types.is_timestamp(typ) and typ.tz is not None:
+            trimmed = _zoned(trimmed)
         values = _cast_or_null(pc.if_else(empty, pa.scalar(None, pa.string()), trimmed), typ, name, problems)
     if not field.nullable:
         rows = np.flatnonzero(empty.to_numpy(zero_copy_only=False))
         problems.add_many(rows, lambda r: f"column '{name}': value is empty")
     return values
+
+
+def _zoned(text: pa.Array) -> pa.Array:
+    """ISO timestamps without a zone offset read as UTC (pyarrow wants one for a zoned type)."""
+    naive = pc.match_substring_regex(text, r"^\d{4}-\d\d-\d\d([T ]\d\d:\d\d(:\d\d(\.\d+)?)?)?$")
+    return pc.if_else(naive.fill_null(False), pc.binary_join_element_wise(text, "Z", ""), text)
 
 
 def _cast_or_null(values: pa.Array, typ: pa.DataType, name: str, problems: _Rejects) -> pa.Array:
@@ -199,9 +253,37 @@ def _json_type_ok(v: Any, typ: pa.DataType) -> bool:
     return True  # other types: whatever pyarrow accepts
 
 
-def _convert_python(field: pa.Field, values: list, problems: _Rejects) -> pa.Array:
-    """Convert JSON values to ``field.type``; bad values become null + a problem."""
+def _timestamps_from_json(field: pa.Field, values: list, problems: _Rejects) -> pa.Array:
     name, typ = field.name, field.type
+    text: list = [None] * len(values)
+    seconds: list = [None] * len(values)
+    for i, v in enumerate(values):
+        if v is None:
+            if not field.nullable:
+                problems.add(i, f"column '{name}': value is missing")
+        elif isinstance(v, str):
+            text[i] = v.strip()
+        elif isinstance(v, (int, float)) and not isinstance(v, bool):
+            seconds[i] = float(v)
+        else:
+            problems.add(i, f"column '{name}': value {_show(v)} is not {typ}")
+    texts = pa.array(text, type=pa.string())
+    if typ.tz is not None:
+        texts = _zoned(texts)
+    parsed = _cast_or_null(texts, typ, name, problems)
+    micros = pa.array([None if s is None else int(round(s * 1e6)) for s in seconds], type=pa.int64())
+    from_seconds = micros.cast(pa.timestamp("us", tz=typ.tz)).cast(typ)
+    return pc.if_else(pc.is_valid(micros), from_seconds, parsed)
+
+
+def _convert_python(field: pa.Field, values: list, problems: _Rejects) -> pa.Array:
+    """Convert JSON values to ``field.type``; bad values become null + a problem.
+
+    Timestamps come as ISO text (without a zone: UTC) or as epoch seconds.
+    """
+    name, typ = field.name, field.type
+    if pa.types.is_timestamp(typ):
+        return _timestamps_from_json(field, values, problems)
     clean = []
     for i, v in enumerate(values):
         if v is None:

@@ -36,9 +36,10 @@ class Workload:
         Registry name, e.g. ``"LR2S"`` (Table III of the paper).
     schema : pyarrow.Schema
         Schema of the input rows (the spool's schema).
-    make_rows : callable
+    make_rows : callable or None
         ``make_rows(second, n, rng) -> pyarrow.Table``: the ``n`` rows that arrive
-        in simulated second ``second``; deterministic for a given ``rng``.
+        in simulated second ``second``; deterministic for a given ``rng``.  None:
+        the workload has no generator and runs on files (``input_dir``).
     build_query : callable
         ``build_query(stream_df) -> DataFrame``: the streaming query over the
         source (Spark code; imported only when a stream starts).
@@ -62,6 +63,12 @@ class Workload:
         ``query_for_slide(slide_s) -> build_query``: the same query over a window
         sliding by ``slide_s``; a sliding workload with one can change its slide
         (:meth:`with_slide`).
+    event_time : str, optional
+        The event-time column the query's windows and watermark use (for the
+        records of an attached query and for documentation).
+    window_from_plan : bool
+        The window is read from the query's plan when the stream starts
+        (:meth:`with_window`); until then range and slide are 0.
     twin : callable, optional
         ``twin() -> TwinProgram``: the query's twin program, the same query on
         pandas/cudf operator by operator (:mod:`lmstream_kit.twin`; no Spark);
@@ -72,7 +79,7 @@ class Workload:
     name: str
     description: str
     schema: pa.Schema
-    make_rows: Callable[..., pa.Table]
+    make_rows: Callable[..., pa.Table] | None
     build_query: Callable[[Any], Any]
     window_range_s: float
     slide_s: float
@@ -82,12 +89,34 @@ class Workload:
     finish_batch: Callable[[Any], Any] | None = None
     query_for_slide: Callable[[float], Callable[[Any], Any]] | None = None
     twin: Callable[[], TwinProgram] | None = None
+    event_time: str | None = None
+    window_from_plan: bool = False
 
     def __post_init__(self) -> None:
         if self.slide_s < 0:
             raise ConfigError(f"workload {self.name}: slide must be >= 0, got {self.slide_s}")
         if self.output_mode not in ("append", "update", "complete"):
             raise ConfigError(f"workload {self.name}: unknown output mode {self.output_mode!r}")
+
+    @property
+    def generated(self) -> bool:
+        """Whether the workload can generate its own traffic (else it runs on files)."""
+        return self.make_rows is not None
+
+    def with_window(self, range_s: float, slide_s: float) -> Workload:
+        """This workload with the window read from its query's plan (``slide_s`` 0: tumbling).
+
+        >>> from lmstream_kit.workloads import define_workload
+        >>> w = define_workload("Q", schema="x INT", query=lambda s: s, window="infer")
+        >>> w.with_window(30.0, 5.0).slide_s, w.with_window(30.0, 30.0).window_kind
+        (5.0, 'tumbling')
+        """
+        slide = 0.0 if slide_s in (0, range_s) else float(slide_s)
+        return replace(self, window_range_s=float(range_s), slide_s=slide, window_from_plan=False,
+                       description=self.description if not self.window_from_plan else (
+                           f"your query over a {range_s:g} s "
+                           + ("tumbling window" if slide == 0 else f"window sliding by {slide:g} s")
+                           + " (read from its plan)"))
 
     @property
     def window_kind(self) -> str:
