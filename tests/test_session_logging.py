@@ -1,0 +1,26 @@
+"""What a session started the kit's way prints: nothing of Spark's start-up chatter (one JVM start)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+START = """
+from lmstream_kit.engine.session import build_session
+spark = build_session(master="local[1]")
+print("session", spark.version, flush=True)
+spark.stop()
+"""
+
+
+@pytest.mark.spark
+def test_a_kit_session_starts_without_spark_log_level_lines(tmp_path):
+    # a subprocess, because the lines come from the JVM's start, which the test session did long ago
+    proc = subprocess.run([sys.executable, "-c", START], capture_output=True, text=True, timeout=300,
+                          cwd=tmp_path)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0 and "session " in proc.stdout, out[-3000:]
+    for line in ("Setting default log level", "To adjust logging level", "Using Spark's default log4j profile"):
+        assert line not in out, out[-3000:]
