@@ -339,12 +339,14 @@ def report(bench_dir, reproduction, notes):
 
 
 def _with_bench_progress(work):
+    """``work(progress)`` with the bench's progress on stderr: a live bar on a terminal, else plain lines."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     console = _console(stderr=True)
+    if not console.is_terminal:  # a log file: no bar (rich would print it too), one line per step
+        return work(_progress_lines())
     columns = [TextColumn("[bold]{task.description:<9}"), BarColumn(), MofNCompleteColumn(),
                TextColumn("{task.fields[label]}"), TimeElapsedColumn()]
-    started = time.monotonic()
     with Progress(*columns, console=console, transient=False) as bar:
         tasks: dict = {}
 
@@ -353,12 +355,28 @@ def _with_bench_progress(work):
             if phase not in tasks:
                 tasks[phase] = bar.add_task(phase, total=event["total"], label="")
             bar.update(tasks[phase], completed=event["done"], total=event["total"], label=event["label"])
-            if not console.is_terminal:  # a log file: one plain line per step instead of a live bar
-                elapsed = time.monotonic() - started
-                click.echo(f"[{elapsed:7.0f} s] {phase} {event['done']}/{event['total']} {event['label']}",
-                           err=True)
 
         return work(progress)
+
+
+def _progress_lines():
+    """A bench progress callback that writes one line per step to stderr.
+
+    The bench reports a cell when it starts and again when it is done; the second
+    report of the same step is not repeated (the next step's line follows it).
+    """
+    started = time.monotonic()
+    last: list = [None]
+
+    def progress(event: dict) -> None:
+        phase = "sweep" if event["phase"] == "warmup" else event["phase"]
+        if (phase, event["label"]) == last[0]:
+            return
+        last[0] = (phase, event["label"])
+        elapsed = time.monotonic() - started
+        click.echo(f"[{elapsed:7.0f} s] {phase} {event['done']}/{event['total']} {event['label']}", err=True)
+
+    return progress
 
 
 def _bench_table(results) -> None:

@@ -147,3 +147,25 @@ def test_rapids_mode_without_the_plugin_is_a_user_error(tmp_path):
     assert "Traceback" not in proc.stderr and "Exception" not in proc.stderr
     last = proc.stderr.strip().splitlines()[-1]
     assert last.startswith("error: device mode 'rapids' needs the RAPIDS Accelerator"), last
+
+
+def test_bench_progress_prints_one_line_per_step_when_stderr_is_not_a_terminal(capsys, monkeypatch):
+    from lmstream_kit.cli import _with_bench_progress
+
+    for var in ("FORCE_COLOR", "TTY_COMPATIBLE", "TTY_INTERACTIVE"):  # they make rich see a terminal
+        monkeypatch.delenv(var, raising=False)
+
+    def work(progress):  # the events run_bench sends: a cell when it starts and when it is done
+        progress({"phase": "warmup", "done": 0, "total": 3, "label": "warm-up CM2S"})
+        for done, label in enumerate(("CM2S lmstream constant r0", "CM2S fixed constant r0"), start=1):
+            progress({"phase": "sweep", "done": done, "total": 3, "label": label})
+            progress({"phase": "sweep", "done": done + 1, "total": 3, "label": label})
+        progress({"phase": "capacity", "done": 0, "total": 1, "label": "capacity CM2S lmstream @ 500 rows/s"})
+        return "result"
+
+    assert _with_bench_progress(work) == "result"
+    captured = capsys.readouterr()
+    lines = [line.split("] ", 1)[1] for line in captured.err.splitlines()]
+    assert lines == ["sweep 0/3 warm-up CM2S", "sweep 1/3 CM2S lmstream constant r0",
+                     "sweep 2/3 CM2S fixed constant r0", "capacity 0/1 capacity CM2S lmstream @ 500 rows/s"]
+    assert captured.out == ""
