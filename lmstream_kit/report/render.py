@@ -17,7 +17,7 @@ from typing import Any
 import pandas as pd
 from plotly.offline import get_plotlyjs
 
-from .common import CAPTIONS, _empty, _policies
+from .common import CAPTIONS, _empty, _policies, table4_caption
 from .figures import (
     fig_avg_latency,
     fig_batch_timeline,
@@ -184,7 +184,7 @@ set beside the LMStream paper (Section V). The paper's Baseline is our <code>fix
 <h2>Figures</h2>
 {chr(10).join(parts)}
 <h2>Time shares (Table IV)</h2>
-<p>{html.escape(CAPTIONS["table4"])}</p>
+<p>{html.escape(table4_caption(meta))}</p>
 <div class="scroll">{shares_html}</div>
 <h2>CPU per million rows</h2>
 <p>{html.escape(CAPTIONS["cpu"])}</p>
@@ -299,7 +299,7 @@ def reproduction_markdown(
         "",
         "## Time shares (Table IV)",
         "",
-        CAPTIONS["table4"],
+        table4_caption(meta),
         "",
     ]
     shares = time_shares(results, "lmstream")
