@@ -111,6 +111,25 @@ def test_trace_from_csv_rows_only_header_and_headerless(tmp_path):
     assert [t.rows_at(s) for s in range(7)] == [7, 8, 9, 7, 8, 9, 7]
 
 
+@pytest.mark.parametrize(
+    "text, counts",
+    [
+        ("count\n10\n20\n30\n", [10, 20, 30]),
+        ("Requests per second\n1200.0\n\n0\n7\n", [1200, 0, 7]),
+        ("rows\n4\n5\n", [4, 5]),
+        ("12\n0\n3\n", [12, 0, 3]),
+        ("\ufeffn\n8\n9\n", [8, 9]),  # a spreadsheet's byte-order mark before the header
+        ("\ufeff8\n9\n", [8, 9]),  # ... or before the first count of a headerless file
+    ],
+)
+def test_a_single_column_trace_is_rows_per_second_whatever_its_header(tmp_path, text, counts):
+    p = tmp_path / "t.csv"
+    p.write_text(text, encoding="utf-8")
+    t = TraceTraffic.from_csv(p)
+    assert t.rows_per_second == counts
+    assert [t.rows_at(s) for s in range(len(counts) + 1)] == [*counts, None]
+
+
 def test_bundled_diurnal_trace():
     t = TraceTraffic.from_csv("data/traces/diurnal_example.csv")
     assert len(t) == 120
@@ -125,6 +144,11 @@ def test_bundled_diurnal_trace():
         ("rows\n10\n-4\n", r"t\.csv, line 3: rows value '-4' is not an integer >= 0"),
         ("10\n1.5\n", r"t\.csv, line 2: rows value '1.5' is not an integer >= 0"),
         ("count,n\n1,2\n", r"t\.csv, line 1: header 'count,n' has no 'rows' column"),
+        ("count\n10\nabc\n", r"t\.csv, line 3: rows value 'abc' is not an integer >= 0"),
+        ("count\n10\n5,6\n", r"t\.csv, line 3: expected 1 column\(s\), got 2"),
+        ("-5\n10\n", r"t\.csv, line 1: rows value '-5' is not an integer >= 0"),
+        ("2.5\n10\n", r"t\.csv, line 1: rows value '2\.5' is not an integer >= 0"),
+        ("count\n", r"t\.csv has a header but no rows"),
         ("second,rows\n0,1\n2,1\n", r"'second' column must hold 0\.\.1 exactly once each; second 1 is missing"),
         ("second,rows\n0,1\n0,1\n", r"second 1 is repeated"),
         ("second,rows\n0,1\nx,1\n", r"line 3: second value 'x' is not an integer >= 0"),

@@ -219,10 +219,11 @@ class TraceTraffic(Traffic):
     def from_csv(cls, path: str | os.PathLike, repeat: bool = False) -> "TraceTraffic":
         """Read a trace from a CSV file.
 
-        Two layouts are accepted: a header row naming a ``rows`` column (and
-        optionally a ``second`` column, which must then hold 0..n-1 in any
-        order; rows are sorted by it), or a headerless single column of
-        integers.  Blank lines are ignored.
+        The documented layout is ``second,rows``: a header row naming a ``rows``
+        column and optionally a ``second`` column, which must then hold 0..n-1
+        in any order (rows are sorted by it).  A file of a single column is
+        read as rows per second from second 0, whatever its header, or with
+        none.  Blank lines are ignored.
 
         Raises
         ------
@@ -231,7 +232,8 @@ class TraceTraffic(Traffic):
         """
         p = Path(path)
         try:
-            with open(p, newline="", encoding="utf-8") as f:
+            # utf-8-sig: a byte-order mark (spreadsheets write one) is not part of the first value
+            with open(p, newline="", encoding="utf-8-sig") as f:
                 lines = [(i, row) for i, row in enumerate(csv.reader(f), start=1) if any(c.strip() for c in row)]
         except FileNotFoundError:
             raise ConfigError(f"traffic trace file {p} not found") from None
@@ -243,6 +245,12 @@ class TraceTraffic(Traffic):
         first_line, first = lines[0]
         if len(first) == 1 and _parse_count(first[0]) is not None:
             header, body, rows_col, second_col = None, lines, 0, None
+        elif len(first) == 1 and _is_number(first[0]):
+            raise ConfigError(
+                f"traffic trace file {p}, line {first_line}: rows value {first[0].strip()!r} is not an integer >= 0"
+            )
+        elif len(first) == 1:  # one column of counts under a header of any name
+            header, body, rows_col, second_col = [first[0].strip().lower()], lines[1:], 0, None
         else:
             header = [c.strip().lower() for c in first]
             if "rows" not in header:
@@ -306,6 +314,14 @@ class TraceTraffic(Traffic):
         where = f" {self.label}" if self.label else ""
         loop = ", repeating" if self.repeat else ""
         return f"trace{where} ({n} s, mean {mean:.0f} rows/s{loop})"
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
 
 
 def _parse_count(text: str) -> int | None:
