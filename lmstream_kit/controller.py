@@ -432,12 +432,14 @@ class AdmissionController(BatchController):
     update = observe  # river-style alias
 
     # -- live parameters ---------------------------------------------------
-    def mutate(self, changes: Mapping[str, Any]) -> None:
+    def mutate(self, changes: Mapping[str, Any], *, record: bool = True) -> None:
         """Change live-mutable parameters atomically.
 
         Every key and value is validated before anything is applied, so a
         failed call changes nothing.  Parameters whose value actually changes
-        are recorded as one :class:`ParamChange`.
+        are recorded as one :class:`ParamChange`, and each in the change log
+        unless ``record=False`` (for a caller that logs the change under the
+        name the user set, e.g. the stream's ``target_s``).
 
         Raises
         ------
@@ -476,7 +478,8 @@ class AdmissionController(BatchController):
             self._sync_prior()
             self._changes.append(ParamChange(len(self._changes) + 1, time.time(), diff))
             for key, (old, value) in diff.items():
-                self.log_change(key, value, old=old)
+                if record:
+                    self.log_change(key, value, old=old)
 
     def set_param(self, name: str, value: Any) -> None:
         """The protocol's setter: ``mutate({name: value})``."""
@@ -488,9 +491,9 @@ class AdmissionController(BatchController):
             self.observe(BatchObservation(rows=record.rows, nbytes=record.bytes,
                                           processing_s=record.processing_s, max_latency_s=record.max_latency_s))
 
-    def set_slide(self, slide_s: float) -> None:
-        """Shorthand for ``mutate({"slide_s": slide_s})``."""
-        self.mutate({"slide_s": slide_s})
+    def set_slide(self, slide_s: float, *, record: bool = True) -> None:
+        """Shorthand for ``mutate({"slide_s": slide_s}, record=record)``."""
+        self.mutate({"slide_s": slide_s}, record=record)
 
     @property
     def changes(self) -> list[ParamChange]:

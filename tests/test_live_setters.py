@@ -54,6 +54,30 @@ def test_set_target_keeps_the_window(tmp_path):
     assert s.controller.target_s == pytest.approx(0.5)
 
 
+def test_set_target_is_recorded_as_the_target_the_user_set_in_simulated_seconds(tmp_path):
+    s = make(tmp_path)  # LR2S: a 10 s slide, the target's starting value; speedup 4
+    s.set_target(2)
+    assert [c.to_dict() | {"at": 0} for c in s.changelog.pending()] == [
+        {"param": "target_s", "old": 10.0, "value": 2.0, "at": 0}]  # not the controller's slide_s (0.5 wall s)
+    s.set_target(2.0)  # no change: nothing recorded
+    s.set_target(0)
+    assert [(c.param, c.old, c.value) for c in s.changelog.pending()] == [
+        ("target_s", 10.0, 2.0), ("target_s", 2.0, 0.0)]
+
+
+def test_set_slide_is_recorded_as_one_window_change(tmp_path):
+    s = make(tmp_path)
+    s.set_target(2)
+    s.changelog.take()
+    s.set_slide(5)  # the target follows the window: one change, the window's
+    assert [(c.param, c.old, c.value) for c in s.changelog.pending()] == [("window_slide_s", 10.0, 5.0)]
+    s.changelog.take()
+    s.set_target(3)
+    s.set_slide(5)  # the window stays; the bound moves back to the slide
+    assert [(c.param, c.old, c.value) for c in s.changelog.pending()] == [("target_s", 5.0, 3.0),
+                                                                          ("target_s", 3.0, 5.0)]
+
+
 def test_set_policy_before_start_keeps_the_controller(tmp_path):
     s = make(tmp_path)
     controller = s.controller

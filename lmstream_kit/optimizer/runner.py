@@ -413,13 +413,17 @@ class InflectionOptimizer(Tunable):
                 self._exploration = x
                 self._record("exploration", x)
 
-    def set_target_latency(self, seconds: float | None) -> None:
-        """Set ``L*`` in seconds (the slide), or ``None`` for the running mean (tumbling windows)."""
+    def set_target_latency(self, seconds: float | None, *, record: bool = True) -> None:
+        """Set ``L*`` in seconds (the slide), or ``None`` for the running mean (tumbling windows).
+
+        ``record=False`` is for a caller that records the change itself (the stream: its ``target_s``).
+        """
         value = _check_target_latency(seconds)
         with self._lock:
             if value != self._target_latency:
                 self._target_latency = value
-                self._record("target_latency_s", value)
+                if record:
+                    self._record("target_latency_s", value)
 
     def pop_changes(self) -> list[dict]:
         """Live changes (``param``, ``value``, ``at``) not returned before, oldest first.
