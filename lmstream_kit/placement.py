@@ -24,7 +24,7 @@ from .record import batch_bytes
 from .registry import Registry
 from .units import format_bytes
 
-__all__ = ["STRATEGIES", "TWIN_STATE_DIR", "Placement", "PlacementStrategy"]
+__all__ = ["CONTROL_PARAMS", "STRATEGIES", "TWIN_STATE_DIR", "Placement", "PlacementStrategy"]
 
 TWIN_STATE_DIR = "twin_state"
 _INFLECTION_EXP = (10, 28)  # the slider's range, log2 bytes: 1 KiB .. 256 MiB (widened to the optimizer's bounds)
@@ -32,6 +32,8 @@ _INFLECTION = Param("inflection_point", float, low=0, low_open=True, log_scale=T
                     label="inflection point", doc="Partition size (bytes) from which operators prefer the GPU.")
 _OPTIMIZER = Param("optimizer", str, choices=("tuning", "frozen"), label="optimizer",
                    doc="Whether the online optimizer re-tunes the inflection point after each batch.")
+#: the parameters :meth:`Placement.controls` declares
+CONTROL_PARAMS = (_INFLECTION, _OPTIMIZER)
 
 
 class PlacementStrategy:

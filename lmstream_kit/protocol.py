@@ -30,7 +30,8 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from pathlib import Path
+from typing import Any, ClassVar, Protocol, runtime_checkable
 
 from .exceptions import ConfigError
 
@@ -42,7 +43,9 @@ __all__ = [
     "Change",
     "ChangeLog",
     "Control",
+    "LiveView",
     "Param",
+    "StreamInfo",
     "Tunable",
     "positive",
 ]
@@ -364,3 +367,35 @@ class BatchController(Tunable):
 
     def close(self) -> None:
         return None
+
+
+@dataclass(frozen=True)
+class StreamInfo:
+    """How a view names a live stream: its workload, its policy and a detail (``"speedup 4×"``)."""
+
+    workload: str
+    policy: str
+    detail: str = ""
+
+
+@runtime_checkable
+class LiveView(Protocol):
+    """What a view (the Dashboard) reads of a live stream: a LiveStream's, an attached query's.
+
+    ``remove_on_batch(callback)``, where a stream has it, is called when the view closes.
+    """
+
+    run_dir: Path
+
+    @property
+    def records(self) -> list[dict]:
+        """Copies of the records so far, oldest first."""
+
+    def on_batch(self, callback: Callable[[dict], None]) -> None:
+        """Call ``callback(record)`` after every micro-batch (from Spark's thread)."""
+
+    def controls(self) -> list[Control]:
+        """The parameters a view draws, those that cannot change with the reason."""
+
+    def info(self) -> StreamInfo:
+        """What the view's title and status line name the stream by."""

@@ -18,12 +18,14 @@ PURE = {
     "lmstream_kit.protocol", "lmstream_kit.rapids", "lmstream_kit.record", "lmstream_kit.registry",
     "lmstream_kit.sim", "lmstream_kit.stats", "lmstream_kit.optimizer", "lmstream_kit.optimizer.fit",
     "lmstream_kit.optimizer.runner", "lmstream_kit.runloop", "lmstream_kit.units", "lmstream_kit.stream_config",
+    "lmstream_kit.progress",
 }
 #: modules that may use the engine adapter layer
-ENGINE_USERS = {"lmstream_kit.live", "lmstream_kit.bench.run", "lmstream_kit.cli",
+ENGINE_USERS = {"lmstream_kit.live", "lmstream_kit.bench.run", "lmstream_kit.cli", "lmstream_kit.attach",
                 "lmstream_kit"}  # the package re-exports SparkEngine lazily
 #: the applications on top: nothing below imports them
-APPS = ("lmstream_kit.live", "lmstream_kit.bench", "lmstream_kit.cli", "lmstream_kit.report", "widgets")
+APPS = ("lmstream_kit.live", "lmstream_kit.attach", "lmstream_kit.bench", "lmstream_kit.cli",
+        "lmstream_kit.report", "widgets")
 
 
 def _modules() -> dict[str, Path]:

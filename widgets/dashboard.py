@@ -4,7 +4,9 @@
 ``FigureWidget`` objects and wires them to a source:
 
 *live*
-    a :class:`~lmstream_kit.live.LiveStream` (running or not yet started).  The
+    a :class:`~lmstream_kit.live.LiveStream` (running or not yet started), or
+    a running pyspark ``StreamingQuery`` (attached with
+    :func:`lmstream_kit.attach.attach`; any :class:`~lmstream_kit.protocol.LiveView`).  The
     dashboard registers with ``stream.on_batch``; the callback only appends the
     record to a buffer, and a redraw thread rebuilds the figures at most once
     every ``throttle_s`` seconds, with a trailing redraw so the last batch is
@@ -42,6 +44,7 @@ from typing import Any
 import plotly.graph_objects as go
 
 from lmstream_kit.exceptions import ConfigError
+from lmstream_kit.protocol import LiveView
 from lmstream_kit.units import format_bytes
 
 from .figures import (
@@ -98,13 +101,23 @@ def _batch_figures(records: list[dict]) -> dict[str, go.Figure]:
     }
 
 
+def _attach_query(source: Any) -> Any:
+    """An :class:`~lmstream_kit.attach.AttachedStream` on ``source`` if it is a StreamingQuery, else None."""
+    from lmstream_kit.attach import attach, is_streaming_query
+
+    return attach(source) if is_streaming_query(source) else None
+
+
 class Dashboard:
     """Live controls and figures of a :class:`~lmstream_kit.live.LiveStream`, or a replay of a run.
 
     Parameters
     ----------
-    source : LiveStream or path
-        A stream (running or not yet started): *live* mode.  A run directory
+    source : LiveStream, StreamingQuery or path
+        A stream (running or not yet started), or a running pyspark
+        ``StreamingQuery``, which the dashboard attaches to
+        (:func:`lmstream_kit.attach.attach`) and detaches from on :meth:`close`:
+        *live* mode.  A run directory
         (``str`` or ``Path``) holding ``metrics.jsonl`` and ``run.json``:
         *replay* mode, which works without pyspark.
     throttle_s : float
@@ -117,7 +130,7 @@ class Dashboard:
     Attributes
     ----------
     mode : {"live", "replay"}
-    stream : LiveStream or None
+    stream : LiveStream, AttachedStream or None
         The live source.
     run_dir : Path
         The run directory (of the stream in live mode).
@@ -182,19 +195,24 @@ class Dashboard:
         self.stream: Any = None
         self.run_info: dict = {}
         self._callback: Callable[[dict], None] | None = None
+        self._attached: Any = None  # the AttachedStream made here for a StreamingQuery, detached on close
 
         if isinstance(source, (str, os.PathLike)):
             self.mode = "replay"
             self.run_dir = Path(source)
             self.run_info = load_run(self.run_dir, self._buffer)
-        elif callable(getattr(source, "controls", None)) and callable(getattr(source, "on_batch", None)):
-            self.mode = "live"  # a LiveStream (not imported here: the dashboard needs no Spark)
+        else:
+            if not isinstance(source, LiveView):
+                self._attached = _attach_query(source)
+                source = self._attached or source
+            if not isinstance(source, LiveView):
+                raise ConfigError(
+                    f"Dashboard source must be a StreamingQuery, a LiveStream or a run directory, "
+                    f"got {type(source).__name__}"
+                )
+            self.mode = "live"
             self.stream = source
             self.run_dir = Path(source.run_dir)
-        else:
-            raise ConfigError(
-                f"Dashboard source must be a LiveStream or a run directory, got {type(source).__name__}"
-            )
         self._panel = ControlPanel(
             self.stream,
             ui_lock=self._ui_lock,
@@ -256,9 +274,10 @@ class Dashboard:
             self.figures[key] = fig
         if self.mode == "live":
             rows = self._panel.build_live(W)
+            info = self.stream.info()
+            detail = f"{html.escape(info.detail)}, " if info.detail else ""
             title = (
-                f"<b>live</b> {html.escape(self.stream.workload.name)}, "
-                f"speedup {float(self.stream.speedup):g}×, "
+                f"<b>live</b> {html.escape(info.workload)}, {detail}"
                 f"run {html.escape(str(self.run_dir))}"
             )
         else:
@@ -320,8 +339,8 @@ class Dashboard:
                 f"batch {shown} of {ids[0]}–{ids[-1]}",
             ]
         else:
-            s = self.stream
-            head = [f"live: workload {s.workload.name}, policy {s.policy.name}"]
+            info = self.stream.info()
+            head = [f"live: workload {info.workload}, policy {info.policy}"]
         return status_text(head, records, last_applied=self._panel.last_applied, last_error=self.last_error)
 
     def _update_status(self, records: Sequence[Mapping]) -> None:
@@ -356,6 +375,8 @@ class Dashboard:
         self._panel.stop()
         if self._redraw_thread is not None and self._redraw_thread is not threading.current_thread():
             self._redraw_thread.join(timeout=5.0)
+        if self._attached is not None:
+            self._attached.detach()  # the query keeps running
         if self.mode == "live":
             self._panel.disable()
 

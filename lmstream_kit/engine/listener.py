@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import threading
 from typing import Callable, Optional
 
@@ -23,14 +24,21 @@ def progress_record(progress) -> dict:
     return record
 
 
+def progress_dict(progress) -> dict:
+    """The whole StreamingQueryProgress as Spark's JSON says it (an item of ``recentProgress`` too)."""
+    return dict(progress) if isinstance(progress, dict) and not hasattr(progress, "json") else json.loads(progress.json)
+
+
 class ProgressListener(StreamingQueryListener):
-    """Forwards progress of one query (matched by id) to ``on_progress``.
+    """Forwards progress of one query (matched by id) to ``on_progress``, as ``convert`` makes it.
 
     Callbacks arrive on Spark's listener bus thread 0.1-0.4 s after each batch.
     """
 
-    def __init__(self, on_progress: Callable[[dict], None]) -> None:
+    def __init__(self, on_progress: Callable[[dict], None],
+                 convert: Callable[[object], dict] = progress_record) -> None:
         self.on_progress = on_progress
+        self.convert = convert
         self.query_id: Optional[str] = None
         self.terminated = threading.Event()
         self.exception: Optional[str] = None
@@ -43,7 +51,7 @@ class ProgressListener(StreamingQueryListener):
         if self.query_id is not None and str(progress.id) != self.query_id:
             return
         try:
-            self.on_progress(progress_record(progress))
+            self.on_progress(self.convert(progress))
         except Exception:  # never let a metrics hiccup kill Spark's listener bus
             pass
 
