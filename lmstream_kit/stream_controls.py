@@ -40,17 +40,29 @@ class StreamControls(Tunable):
     def set_target(self, target_s: float) -> None:
         """Change the latency bound (simulated seconds) without touching the query's window.
 
-        Applies from the next admission and is recorded with that batch.  ``0``
+        Applies from the next admission and is recorded with that batch as a
+        ``target_s`` change (old and new value in simulated seconds).  ``0``
         makes the target the running mean of past maximum latencies (the
         tumbling-window rule).
+        """
+        old = self._apply_target(target_s)
+        self.log_change("target_s", float(target_s), old=old)
+
+    def _apply_target(self, target_s: float) -> float:
+        """Give the controller and the optimizer the bound ``target_s`` (simulated s), unrecorded.
+
+        Returns the target it replaces, in simulated seconds.
         """
         if self.controller is None:
             raise ConfigError(f"policy {self.policy.name!r} has no latency bound to change")
         if isinstance(target_s, bool) or not isinstance(target_s, (int, float)) or not target_s >= 0:
             raise ConfigError(f"latency target must be >= 0 seconds (0 = running mean), got {target_s!r}")
-        self.controller.set_slide(float(target_s) / self.speedup)
+        old = round(self.controller.slide_s * self.speedup, 9)  # the controller holds wall seconds
+        # the stream records the change under the name the user set, not as the controller's slide_s
+        self.controller.set_slide(float(target_s) / self.speedup, record=False)
         if self.optimizer is not None:
-            self.optimizer.set_target_latency(controller_target_s(float(target_s), self.speedup))
+            self.optimizer.set_target_latency(controller_target_s(float(target_s), self.speedup), record=False)
+        return old
 
     def set_slide(self, slide_s: float) -> None:
         """Change the window slide (simulated seconds): the query's window and the latency bound.
@@ -70,9 +82,13 @@ class StreamControls(Tunable):
             )
         old = self.slide_s
         if self.controller is not None:
-            self.set_target(new_workload.slide_s)
-        elif self.optimizer is not None:
-            self.optimizer.set_target_latency(new_workload.slide_s / self.speedup)
+            if new_workload is self.workload:  # the window stays: only the bound can move back to the slide
+                self.set_target(new_workload.slide_s)
+            else:  # the bound follows the window, recorded with it as window_slide_s
+                self._apply_target(new_workload.slide_s)
+        elif self.optimizer is not None:  # no controller: the optimizer's target follows the window
+            self.optimizer.set_target_latency(new_workload.slide_s / self.speedup,
+                                              record=new_workload is self.workload)
         if new_workload is self.workload:
             return
         self.slide_s = new_workload.slide_s
