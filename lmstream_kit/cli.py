@@ -236,19 +236,34 @@ def _summary_table(stream, summary: dict) -> None:
 @cli.command()
 @click.argument("run_dirs", nargs=-1, required=True, type=click.Path(path_type=Path))
 def compare(run_dirs):
-    """Print per-batch latency statistics of several runs side by side."""
+    """Print per-batch latency statistics of several runs side by side.
+
+    Paths that are not run directories (e.g. runs/notebooks in `compare runs/*`)
+    are skipped with a note; it is an error only when none is a run.
+    """
     from rich.table import Table
 
-    from .metrics import read_jsonl, read_run_info, summarize
+    from .metrics import METRICS_FILE, read_jsonl, read_run_info, summarize
 
+    runs = [d for d in run_dirs if (d / METRICS_FILE).is_file()]
+    if not runs:
+        if len(run_dirs) == 1:
+            raise KitError(f"{run_dirs[0]} is not a run directory (no {METRICS_FILE})")
+        shown = ", ".join(str(d) for d in run_dirs[:3]) + (", ..." if len(run_dirs) > 3 else "")
+        raise KitError(f"none of the {len(run_dirs)} paths is a run directory (no {METRICS_FILE}): {shown}")
+    for path in run_dirs:
+        if path not in runs:
+            click.echo(f"skipped {path}: not a run directory (no {METRICS_FILE})", err=True)
     table = Table(title="per-micro-batch maximum latency (s) and throughput")
     for col in ("run", "workload", "policy", "batches", "rows", "mean", "p50", "p99", "max", "mean latency", "rows/s", "within bound"):
         table.add_column(col, justify="left" if col in ("run", "workload", "policy") else "right")
-    for run_dir in run_dirs:
-        if not (run_dir / "metrics.jsonl").exists():
-            raise KitError(f"{run_dir} is not a run directory (no metrics.jsonl)")
+    for run_dir in runs:
         info = read_run_info(run_dir)
-        records = read_jsonl(run_dir / "metrics.jsonl")
+        records = read_jsonl(run_dir / METRICS_FILE)
+        if not records:  # a run still starting, or one left by a failed start (the kit now removes those)
+            table.add_row(str(run_dir), str(info.get("workload", "?")), str(info.get("policy", "?")), "0", "0",
+                          "no batches", *["-"] * 6)
+            continue
         # each record carries its bound; runs recorded before it did are judged by run.json's target
         legacy = not any("bound_s" in r for r in records)
         s = summarize(records, bound_s=info.get("target_s") if legacy else None)

@@ -269,64 +269,73 @@ class LiveStream(StreamControls):
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> "LiveStream":
-        """Create the run directory, start Spark, the feed and the query."""
-        from .engine.channel import ChannelServer
+        """Create the run directory, start Spark, the feed and the query.
 
+        A start that fails stops what it started and removes the run directory
+        if it created it and the directory holds nothing of value
+        (:func:`~lmstream_kit.metrics.remove_unused_run_dir`); a directory that
+        existed before is kept as it is.
+        """
+        from .engine.channel import ChannelServer
+        from .metrics import remove_unused_run_dir
+
+        created = not self.run_dir.exists()
         try:
             self.run_dir.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise ConfigError(f"cannot create run directory {self.run_dir}: {exc.strerror}") from None
-        previous = read_run_info(self.run_dir)
-        self.spool = Spool(self.spool_location, schema=self.workload.schema)
-        self.loop.spool = self.spool
-        checkpoint = self.run_dir / "checkpoint"
-        resume, committed = self.engine.checkpoint_offsets(checkpoint)
-        with self.loop.lock:
-            self.loop.book.resume(resume=resume, committed=committed, now=time.time())
-        self._metrics_writer = JsonlWriter(self.run_dir / METRICS_FILE)
-        self.loop.sink = self._metrics_writer.append
-        self._progress_writer = JsonlWriter(self.run_dir / PROGRESS_FILE, durable=False)
-        self.engine.open()
-        self._channel = ChannelServer(self, key_file=self.run_dir / ".channel.key")
-        if self.read_mode == "auto":
-            self.read_mode = "driver" if self.engine.is_local else "executors"
         try:
+            previous = read_run_info(self.run_dir)
+            self.spool = Spool(self.spool_location, schema=self.workload.schema)
+            self.loop.spool = self.spool
+            checkpoint = self.run_dir / "checkpoint"
+            resume, committed = self.engine.checkpoint_offsets(checkpoint)
+            with self.loop.lock:
+                self.loop.book.resume(resume=resume, committed=committed, now=time.time())
+            self._metrics_writer = JsonlWriter(self.run_dir / METRICS_FILE)
+            self.loop.sink = self._metrics_writer.append
+            self._progress_writer = JsonlWriter(self.run_dir / PROGRESS_FILE, durable=False)
+            self.engine.open()
+            self._channel = ChannelServer(self, key_file=self.run_dir / ".channel.key")
+            if self.read_mode == "auto":
+                self.read_mode = "driver" if self.engine.is_local else "executors"
             self.placement.use(device_mode_for(self._requested_device_mode, self.workload.name,
                                                rapids_loaded=lambda: self.engine.rapids_loaded()), self.workload, engine=self.engine,
                                read_span=self.spool.read_table)
             self._started = True
             self.placement.strategy.start(self.run_dir, committed)
-        except BaseException:
-            self._teardown()
-            raise
-        self.engine.listen(self._progress_writer.append)
-        self._resumed = resume is not None
-        self.started_at = time.time()
-        self._write_run_info(
-            previous,
-            spark_version=self.engine.spark_version(),
-            resumed_from_seq=resume,
-            **self.placement.mode.to_dict(),
-            mapper=self.mapper.snapshot(),
-            optimizer=self.optimizer is not None,
-            plan_cache=self.plan_cache.enabled,
-        )
-        self._query_kwargs = dict(
-            source_options={
-                "spool": self.spool.uri,
-                "channel": f"127.0.0.1:{self._channel.port}",
-                "channel_key": str(self._channel.key_file),
-                "partitions": self.partitions,
-                "read": self.read_mode,
-            },
-            on_batch=self.loop.run_batch,
-            checkpoint=checkpoint,
-            name=self.name.replace("-", "_"),
-        )
-        try:
+            self.engine.listen(self._progress_writer.append)
+            self._resumed = resume is not None
+            self.started_at = time.time()
+            self._write_run_info(
+                previous,
+                spark_version=self.engine.spark_version(),
+                resumed_from_seq=resume,
+                **self.placement.mode.to_dict(),
+                mapper=self.mapper.snapshot(),
+                optimizer=self.optimizer is not None,
+                plan_cache=self.plan_cache.enabled,
+            )
+            self._query_kwargs = dict(
+                source_options={
+                    "spool": self.spool.uri,
+                    "channel": f"127.0.0.1:{self._channel.port}",
+                    "channel_key": str(self._channel.key_file),
+                    "partitions": self.partitions,
+                    "read": self.read_mode,
+                },
+                on_batch=self.loop.run_batch,
+                checkpoint=checkpoint,
+                name=self.name.replace("-", "_"),
+            )
             self._start_query()
         except BaseException:
-            self._teardown()
+            try:
+                self._teardown()
+            except Exception:
+                pass  # the start's own error is the one to report
+            if created:  # an empty run directory would only show up in `compare` as a run without batches
+                remove_unused_run_dir(self.run_dir)
             raise
         return self
 

@@ -26,8 +26,8 @@ from typing import Any, Mapping, Optional, Sequence
 
 from .record import FIELD_DOCS, BatchRecord, summarize
 
-__all__ = ["batch_record", "load_metrics", "read_jsonl", "read_run_info", "summarize", "write_run_info",
-           "JsonlWriter", "METRICS_FILE", "PROGRESS_FILE", "RUN_FILE"]
+__all__ = ["batch_record", "load_metrics", "read_jsonl", "read_run_info", "remove_unused_run_dir", "summarize",
+           "write_run_info", "JsonlWriter", "METRICS_FILE", "PROGRESS_FILE", "RUN_FILE"]
 
 METRICS_FILE = "metrics.jsonl"
 PROGRESS_FILE = "spark_progress.jsonl"
@@ -126,6 +126,51 @@ def write_run_info(run_dir: os.PathLike | str, info: Mapping[str, Any]) -> None:
 def read_run_info(run_dir: os.PathLike | str) -> dict:
     path = Path(run_dir) / RUN_FILE
     return json.loads(path.read_text()) if path.exists() else {}
+
+
+#: what a start that fails leaves in a run directory, whatever its size (more is kept when empty)
+_START_LEFTOVERS = (RUN_FILE, ".channel.key", "spool/meta.json")
+_EMPTY_LEFTOVERS = (METRICS_FILE, PROGRESS_FILE, "spool/index.jsonl")
+#: the parts of Spark's checkpoint that hold a query's progress (its ``metadata`` is only the query id)
+_CHECKPOINT_PROGRESS = ("offsets", "commits", "sources", "state")
+
+
+def remove_unused_run_dir(run_dir: os.PathLike | str) -> bool:
+    """Remove ``run_dir`` if it holds only what a start that failed leaves behind; True if removed.
+
+    A directory is kept when it holds anything of value: a metrics record, a spooled
+    dataset, the checkpoint of a query that planned a batch, query output, or any
+    file not named here.
+
+    >>> import tempfile
+    >>> run = Path(tempfile.mkdtemp()) / "run"
+    >>> (run / "spool").mkdir(parents=True)
+    >>> for name in ("metrics.jsonl", "spool/index.jsonl", "run.json"):
+    ...     _ = (run / name).write_text("{}" if name == "run.json" else "")
+    >>> _ = (run / "metrics.jsonl").write_text('{"batch_id": 0}')  # a record: kept
+    >>> remove_unused_run_dir(run), run.exists()
+    (False, True)
+    >>> _ = (run / "metrics.jsonl").write_text("")
+    >>> remove_unused_run_dir(run), run.exists()
+    (True, False)
+    """
+    import shutil
+
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        return False
+    for path in run_dir.rglob("*"):
+        if path.is_dir():
+            continue
+        name = path.relative_to(run_dir).as_posix()
+        parts = name.split("/")
+        if name in _START_LEFTOVERS or (name in _EMPTY_LEFTOVERS and path.stat().st_size == 0):
+            continue
+        if parts[0] == "checkpoint" and len(parts) > 1 and parts[1] not in _CHECKPOINT_PROGRESS:
+            continue
+        return False
+    shutil.rmtree(run_dir)
+    return True
 
 
 def load_metrics(run_dir: os.PathLike | str):

@@ -113,6 +113,81 @@ def test_compare_prints_runs_side_by_side(tmp_path):
     assert "100.0 %" in out and "0.0 %" in out  # within the 2.5 s bound
 
 
+def test_compare_skips_paths_that_are_not_runs_with_one_line_each(tmp_path):
+    _fake_run(tmp_path / "a", "lmstream", [2.0, 2.2, 2.4])
+    (tmp_path / "notebooks").mkdir()  # what `compare runs/*` meets next to the runs
+    (tmp_path / "notes.txt").write_text("not a run")
+    proc = kit("compare", str(tmp_path / "a"), str(tmp_path / "notebooks"), str(tmp_path / "notes.txt"))
+    assert proc.returncode == 0, proc.stderr
+    assert "lmstream" in proc.stdout and "2.20" in proc.stdout
+    assert proc.stderr.splitlines() == [
+        f"skipped {tmp_path / 'notebooks'}: not a run directory (no metrics.jsonl)",
+        f"skipped {tmp_path / 'notes.txt'}: not a run directory (no metrics.jsonl)",
+    ]
+
+
+def test_compare_of_several_paths_none_a_run_is_a_user_error(tmp_path):
+    for name in ("notebooks", "scratch"):
+        (tmp_path / name).mkdir()
+    proc = kit("compare", str(tmp_path / "notebooks"), str(tmp_path / "scratch"))
+    assert_user_error(proc, "none of the 2 paths is a run directory", str(tmp_path / "scratch"))
+
+
+def test_compare_shows_a_run_without_batches_as_such(tmp_path):
+    _fake_run(tmp_path / "a", "lmstream", [2.0, 2.2, 2.4])
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    (empty / "metrics.jsonl").write_text("")
+    proc = kit("compare", str(tmp_path / "a"), str(empty))
+    assert proc.returncode == 0, proc.stderr
+    row = next(line for line in proc.stdout.splitlines() if str(empty) in line)
+    cells = [c.strip() for c in row.strip("│ ").split("│")]
+    assert cells[1:6] == ["?", "?", "0", "0", "no batches"]
+
+
+def test_a_start_that_fails_removes_the_run_directory_it_created(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "JAVA_HOME"}
+    env["PATH"] = str(Path(sys.executable).parent)  # python, but no java
+    assert_user_error(kit("run", "--out", str(tmp_path / "new" / "run"), env=env), "Java not found")
+    assert not (tmp_path / "new" / "run").exists()
+    existing = tmp_path / "existing"
+    existing.mkdir()
+    assert_user_error(kit("run", "--out", str(existing), env=env), "Java not found")
+    assert existing.is_dir(), "a directory that was there before is kept"
+
+
+@pytest.mark.spark
+def test_a_start_with_an_unknown_master_leaves_no_run_directory(tmp_path):
+    proc = kit("run", "--master", "nosuch://host", "--duration", "5", "--out", str(tmp_path / "run"))
+    assert proc.returncode == 2 and "error: could not start Spark (master nosuch://host)" in proc.stderr
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize(
+    "files, removed",
+    [
+        ({"run.json": "{}", "metrics.jsonl": "", "spark_progress.jsonl": "", ".channel.key": "k",
+          "spool/index.jsonl": "", "spool/meta.json": "{}", "checkpoint/metadata": "{}"}, True),
+        ({"metrics.jsonl": '{"batch_id": 0}\n'}, False),
+        ({"spool/index.jsonl": '{"seq": 0}\n'}, False),
+        ({"spool/data/000000.arrow": "rows"}, False),
+        ({"checkpoint/offsets/0": "v1"}, False),
+        ({"output/part-0.parquet": "rows"}, False),
+        ({"my-notes.txt": ""}, False),
+    ],
+)
+def test_a_failed_start_removes_only_a_run_directory_without_data(tmp_path, files, removed):
+    from lmstream_kit.metrics import remove_unused_run_dir
+
+    run = tmp_path / "run"
+    run.mkdir()
+    for name, text in files.items():
+        (run / name).parent.mkdir(parents=True, exist_ok=True)
+        (run / name).write_text(text)
+    assert remove_unused_run_dir(run) is removed
+    assert run.exists() is not removed
+
+
 def test_workloads_lists_lr2s():
     proc = kit("workloads")
     assert proc.returncode == 0 and "LR2S" in proc.stdout and "slide 10 s" in proc.stdout
