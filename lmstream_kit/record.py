@@ -77,8 +77,8 @@ def tumbling_start_s(window_s: float, speedup: float = 1.0) -> float:
     The target then follows the running mean of the batches' maximum latencies
     (:func:`controller_target_s`); this is where it starts.
 
-    >>> tumbling_start_s(30, speedup=2), tumbling_start_s(20)
-    (2.5, 3.3333333333333335)
+    >>> tumbling_start_s(30, speedup=2), tumbling_start_s(60)
+    (2.5, 10.0)
     """
     return float(window_s) * TUMBLING_START_FRACTION / float(speedup)
 

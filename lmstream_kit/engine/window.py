@@ -1,7 +1,7 @@
 """Read a query's event-time window from Spark's logical plan: the ``window(...)`` it groups by.
 
-The query is built over an empty file stream of the workload's schema (nothing runs); the
-plan's ``window`` calls carry their duration and slide as Spark interval text.
+The query is built over an empty file stream of the workload's schema (nothing runs) and its
+analyzed plan is searched for the windows Spark rewrote ``window(...)`` into.
 """
 
 from __future__ import annotations
@@ -9,7 +9,6 @@ from __future__ import annotations
 import tempfile
 
 from ..exceptions import ConfigError
-from ..units import parse_duration
 from .schema import spark_ddl
 
 __all__ = ["query_window"]
@@ -28,7 +27,7 @@ def query_window(spark, workload) -> tuple[float, float]:
             raise ConfigError(f"workload {workload.name}: its query failed on the input schema: "
                               f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
                               ) from None
-        found = sorted(set(_windows(df._jdf.queryExecution().logical())))
+        found = sorted(set(_windows(df._jdf.queryExecution().analyzed())))
     if not found:
         raise ConfigError(f"workload {workload.name}: its query's plan shows no window(...) to read the "
                           "latency bound from; give window= (and slide=) or, without a window, bound=")
@@ -47,21 +46,59 @@ def _seq(scala_seq) -> list:
 
 
 def _windows(plan):
-    """Every ``(range_s, slide_s)`` of a time window in ``plan``'s expressions."""
+    """Every ``(range_s, slide_s)`` of a time window in ``plan``'s expressions.
+
+    In an analyzed plan Spark has rewritten ``window(...)`` into the struct of the
+    window's start and end: the start rounds the event time down to the slide
+    (``ts - ts % slide``) and the end adds the window's duration to it.
+    """
     nodes = [plan]
     while nodes:
         node = nodes.pop()
+        if node.getClass().getSimpleName() == "Expand":  # a sliding window: one projection per overlap
+            names = [str(a.name()) for a in _seq(node.output())]
+            projections = _seq(node.projections())
+            if "window" in names and projections:
+                found = _rewritten(_seq(projections[0])[names.index("window")])
+                if found is not None:
+                    yield found
         exprs = _seq(node.expressions())
         while exprs:
             e = exprs.pop()
             kind = e.getClass().getSimpleName()
-            if kind == "TimeWindow":  # resolved: durations in microseconds
-                yield e.windowDuration() / 1e6, e.slideDuration() / 1e6
-            elif kind == "UnresolvedFunction" and str(e.nameParts().last()).lower() == "window":
-                args = [str(a.toString()) for a in _seq(e.arguments())]
-                if len(args) >= 2:  # window(col, duration[, slide[, start]])
-                    range_s = parse_duration(args[1].strip("'"), "window")
-                    slide_s = parse_duration(args[2].strip("'"), "slide") if len(args) > 2 else range_s
-                    yield range_s, slide_s
+            if kind == "Alias" and str(e.name()) == "window":
+                found = _rewritten(e.child())
+                if found is not None:
+                    yield found
+                    continue
             exprs.extend(_seq(e.children()))
         nodes.extend(_seq(node.children()))
+
+
+def _rewritten(struct):
+    """``(range_s, slide_s)`` of the ``named_struct(start, ..., end, ...)`` a window became, else None."""
+    if struct.getClass().getSimpleName() != "CreateNamedStruct":
+        return None
+    parts = _seq(struct.children())
+    if len(parts) != 4 or [str(parts[0]), str(parts[2])] != ["start", "end"]:
+        return None
+    slide = _first(parts[1], "Remainder")
+    end = parts[3]
+    while end is not None and end.getClass().getSimpleName() != "Add":
+        children = _seq(end.children())
+        end = children[0] if len(children) == 1 else None
+    if slide is None or end is None or end.right().getClass().getSimpleName() != "Literal":
+        return None
+    if slide.right().getClass().getSimpleName() != "Literal":
+        return None
+    return int(end.right().value()) / 1e6, int(slide.right().value()) / 1e6
+
+
+def _first(expr, kind: str):
+    stack = [expr]
+    while stack:
+        e = stack.pop()
+        if e.getClass().getSimpleName() == kind:
+            return e
+        stack.extend(reversed(_seq(e.children())))
+    return None
