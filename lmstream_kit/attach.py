@@ -10,9 +10,11 @@
 
 from __future__ import annotations
 
+import sys
 import tempfile
 import threading
 import time
+import types
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -66,11 +68,11 @@ class AttachedStream(Tunable):
     def __init__(self, query, *, event_time: str | None = None, run_dir: str | Path | None = None,
                  bound_s: float | None = None, writer=None, trigger_s: float | None = None,
                  checkpoint: Path | None = None) -> None:
-        from .engine.attach import ProgressWatch, query_facts, watermark_columns
-
         super().__init__()
         if not is_streaming_query(query):
             raise ConfigError(f"attach needs a running pyspark StreamingQuery, got {type(query).__name__}")
+        from .engine.attach import ProgressWatch, query_facts, watermark_columns
+
         facts = query_facts(query)
         if event_time is not None:
             columns = watermark_columns(query)
@@ -299,3 +301,16 @@ def start_query(writer, *, trigger_s: float, checkpoint: str | Path | None = Non
     except BaseException:
         query.stop()
         raise
+
+
+class _CallableModule(types.ModuleType):
+    """Calling this module attaches: ``from lmstream_kit import attach`` gives the module, not the function.
+
+    A package attribute named like one of its submodules is that submodule once it is imported.
+    """
+
+    def __call__(self, query, **kwargs: Any) -> AttachedStream:
+        return attach(query, **kwargs)
+
+
+sys.modules[__name__].__class__ = _CallableModule

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from lmstream_kit.exceptions import ConfigError
 from lmstream_kit.metrics import JsonlWriter, read_jsonl, write_run_info
 from lmstream_kit.progress import ATTACHED_FIELDS, DURATION_PARTS, epoch_ms, progress_record, ran_batch
 from lmstream_kit.record import FIELD_DOCS, BatchRecord, summarize
@@ -129,3 +130,13 @@ def test_lmstream_kit_compare_reads_an_attached_run_directory(tmp_path):
     assert out.exit_code == 0, out.output
     assert "rate_agg" in out.output and "attached" in out.output
     assert "50.0 %" in out.output  # batch 1 within the 3 s bound, batch 2 not
+
+
+def test_lmstream_kit_attach_can_be_called_however_it_is_imported():
+    import lmstream_kit
+    from lmstream_kit import attach
+    from lmstream_kit.attach import attach as attach_function
+
+    for call in (attach, lmstream_kit.attach, attach_function):
+        with pytest.raises(ConfigError, match="running pyspark StreamingQuery, got int"):
+            call(42, event_time="ts")
