@@ -242,8 +242,13 @@ class AttachedStream(Tunable):
         write_run_info(self.run_dir, self._info)
         return self.summary()
 
-    def stop(self, timeout: float = 60.0) -> dict:
-        """Stop the query between batches, take its last progress, detach; the summary."""
+    def stop(self, timeout: float = 10.0) -> dict:
+        """Stop the query between batches, take its last progress, detach; the summary.
+
+        A query that runs batches back to back is never between batches: after
+        ``timeout`` s it is stopped anyway, and Spark runs the interrupted batch
+        again when the query restarts from its checkpoint.
+        """
         from .engine.stream import stop_query
 
         if not self._detached and self.query.isActive:

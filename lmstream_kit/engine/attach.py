@@ -106,11 +106,12 @@ def start_writer(writer, *, trigger_s: float, checkpoint: Path):
         raise EngineError(f"could not start the query: {one_line(exc)}") from exc
 
 
-def restart_query(query, writer, *, trigger_s: float, checkpoint: Path, timeout_s: float = 60.0):
+def restart_query(query, writer, *, trigger_s: float, checkpoint: Path, timeout_s: float = 10.0):
     """Stop ``query`` between batches, start ``writer`` again from ``checkpoint``; the new query.
 
     It stops once Spark reports no trigger active, so the batch in flight
-    finishes and commits; the new query continues from the checkpoint.
+    finishes and commits (or after ``timeout_s``: Spark then runs the
+    interrupted batch again); the new query continues from the checkpoint.
     """
     stop_query(query, is_idle=lambda: True, timeout_s=timeout_s)
     deadline = time.monotonic() + timeout_s
