@@ -34,7 +34,7 @@ def __getattr__(name):
 
         return AdmissionController
     if name == "attach":
-        from .attach import attach
+        from .attached import attach
 
         return attach
     if name in ("define_workload", "Workload"):

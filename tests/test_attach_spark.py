@@ -12,7 +12,7 @@ from datetime import datetime, timezone
 import pytest
 
 import widgets.dashboard as D
-from lmstream_kit.attach import NOT_RESTARTABLE, AttachedStream, attach, start_query
+from lmstream_kit.attached import NOT_RESTARTABLE, AttachedStream, attach, start_query
 from lmstream_kit.exceptions import ConfigError
 from lmstream_kit.metrics import read_jsonl, read_run_info
 

@@ -23,7 +23,7 @@ MODULES = [
     "lmstream_kit.devices",
     "lmstream_kit.engine.plan",
     "lmstream_kit.engine.attach",
-    "lmstream_kit.attach",
+    "lmstream_kit.attached",
     "lmstream_kit.progress",
     "lmstream_kit.mapper",
     "lmstream_kit.feed.ingest",

@@ -21,10 +21,10 @@ PURE = {
     "lmstream_kit.progress",
 }
 #: modules that may use the engine adapter layer
-ENGINE_USERS = {"lmstream_kit.live", "lmstream_kit.bench.run", "lmstream_kit.cli", "lmstream_kit.attach",
+ENGINE_USERS = {"lmstream_kit.live", "lmstream_kit.bench.run", "lmstream_kit.cli", "lmstream_kit.attached",
                 "lmstream_kit"}  # the package re-exports SparkEngine lazily
 #: the applications on top: nothing below imports them
-APPS = ("lmstream_kit.live", "lmstream_kit.attach", "lmstream_kit.bench", "lmstream_kit.cli",
+APPS = ("lmstream_kit.live", "lmstream_kit.attached", "lmstream_kit.bench", "lmstream_kit.cli",
         "lmstream_kit.report", "widgets")
 
 

@@ -132,11 +132,12 @@ def test_lmstream_kit_compare_reads_an_attached_run_directory(tmp_path):
     assert "50.0 %" in out.output  # batch 1 within the 3 s bound, batch 2 not
 
 
-def test_lmstream_kit_attach_can_be_called_however_it_is_imported():
+def test_lmstream_kit_attach_is_the_function_however_it_is_imported():
     import lmstream_kit
     from lmstream_kit import attach
-    from lmstream_kit.attach import attach as attach_function
+    from lmstream_kit.attached import attach as attach_function
 
+    assert attach is lmstream_kit.attach is attach_function
     for call in (attach, lmstream_kit.attach, attach_function):
         with pytest.raises(ConfigError, match="running pyspark StreamingQuery, got int"):
             call(42, event_time="ts")

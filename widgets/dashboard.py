@@ -6,7 +6,7 @@
 *live*
     a :class:`~lmstream_kit.live.LiveStream` (running or not yet started), or
     a running pyspark ``StreamingQuery`` (attached with
-    :func:`lmstream_kit.attach.attach`; any :class:`~lmstream_kit.protocol.LiveView`).  The
+    :func:`lmstream_kit.attached.attach`; any :class:`~lmstream_kit.protocol.LiveView`).  The
     dashboard registers with ``stream.on_batch``; the callback only appends the
     record to a buffer, and a redraw thread rebuilds the figures at most once
     every ``throttle_s`` seconds, with a trailing redraw so the last batch is
@@ -102,8 +102,8 @@ def _batch_figures(records: list[dict]) -> dict[str, go.Figure]:
 
 
 def _attach_query(source: Any) -> Any:
-    """An :class:`~lmstream_kit.attach.AttachedStream` on ``source`` if it is a StreamingQuery, else None."""
-    from lmstream_kit.attach import attach, is_streaming_query
+    """An :class:`~lmstream_kit.attached.AttachedStream` on ``source`` if it is a StreamingQuery, else None."""
+    from lmstream_kit.attached import attach, is_streaming_query
 
     return attach(source) if is_streaming_query(source) else None
 
@@ -116,7 +116,7 @@ class Dashboard:
     source : LiveStream, StreamingQuery or path
         A stream (running or not yet started), or a running pyspark
         ``StreamingQuery``, which the dashboard attaches to
-        (:func:`lmstream_kit.attach.attach`) and detaches from on :meth:`close`:
+        (:func:`lmstream_kit.attached.attach`) and detaches from on :meth:`close`:
         *live* mode.  A run directory
         (``str`` or ``Path``) holding ``metrics.jsonl`` and ``run.json``:
         *replay* mode, which works without pyspark.

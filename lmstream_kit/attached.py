@@ -10,11 +10,9 @@
 
 from __future__ import annotations
 
-import sys
 import tempfile
 import threading
 import time
-import types
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -37,7 +35,7 @@ _UNAVAILABLE = {
     **{p.name: p for p in StreamControls.PARAMS if p.name in ("policy", "target_s")},
     **{p.name: p for p in CONTROL_PARAMS},
 }
-NOT_RESTARTABLE = "the kit did not start this query: it cannot restart it (start it with lmstream_kit.attach.start_query)"
+NOT_RESTARTABLE = "the kit did not start this query: it cannot restart it (start it with lmstream_kit.attached.start_query)"
 
 
 def is_streaming_query(obj: Any) -> bool:
@@ -306,16 +304,3 @@ def start_query(writer, *, trigger_s: float, checkpoint: str | Path | None = Non
     except BaseException:
         query.stop()
         raise
-
-
-class _CallableModule(types.ModuleType):
-    """Calling this module attaches: ``from lmstream_kit import attach`` gives the module, not the function.
-
-    A package attribute named like one of its submodules is that submodule once it is imported.
-    """
-
-    def __call__(self, query, **kwargs: Any) -> AttachedStream:
-        return attach(query, **kwargs)
-
-
-sys.modules[__name__].__class__ = _CallableModule
