@@ -422,7 +422,7 @@ def workloads(spec):
     if spec is None:
         for name in WORKLOADS.names():
             w = WORKLOADS.get(name)
-            click.echo(f"{name:12s} {_window_text(w):26s} {w.description}")
+            click.echo(f"{name:12s} {w.window_text:26s} {w.description}")
         return
     if ":" in spec or spec.endswith(".py"):
         target, _, attr = spec.rpartition(":") if ":" in spec else (spec, "", "")
@@ -433,22 +433,12 @@ def workloads(spec):
         found = [load_workload(spec)]
     for w in found:
         click.echo(f"{w.name}: {w.description}")
-        click.echo(f"  window:     {_window_text(w)}")
+        click.echo(f"  window:     {w.window_text}")
         click.echo(f"  event time: {w.event_time or w.time_column or '-'}")
         click.echo(f"  schema:     {', '.join(f'{f.name} {f.type}' for f in w.schema)}")
         if w.checks:
             click.echo(f"  checks:     {', '.join(w.checks)}")
         click.echo(f"  traffic:    {'generated (rows=), or --input DIR' if w.generated else 'files only: --input DIR'}")
-
-
-def _window_text(w) -> str:
-    if w.window_from_plan:
-        return "read from the query's plan"
-    if not w.window_range_s:
-        return f"bound {w.slide_s:g} s"
-    if w.slide_s == 0:
-        return f"tumbling {w.window_range_s:g} s"
-    return f"range {w.window_range_s:g} s, slide {w.slide_s:g} s"
 
 
 @cli.command()

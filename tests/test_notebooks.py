@@ -224,6 +224,25 @@ def check_custom_controller(nb, run_dir: Path, summary: dict) -> None:
     assert "refused: rowbudget.row_budget must be >= 1, got 0" in text_of(nb)
 
 
+def check_your_own_query(nb, run_dir: Path, summary: dict) -> None:
+    runs = metrics_of(run_dir)
+    assert {"lmstream", "fixed", "attached"} <= set(runs), list(runs)
+    # the window came from the query's plan: 30 s sliding by 10 s, a 4 s bound at speedup 2.5
+    assert summary["window"] == [30.0, 10.0] and summary["bound_s"] == 4.0
+    for policy in ("lmstream", "fixed"):
+        data = data_records(runs[policy])
+        assert data and all(r["bound_s"] == 4.0 for r in data)
+        assert summary["policies"][policy]["rows"] == sum(r["rows"] for r in data)
+    assert summary["result_rows"] > 0, "no window of the user's query closed"
+    # the attached query's records are Spark's own progress, batch by batch
+    attached = {r["batch_id"]: r for r in runs["attached"]}
+    assert len(summary["attached"]["spark"]) >= 4
+    for batch, rows in summary["attached"]["spark"]:
+        assert attached[batch]["rows"] == rows
+    assert {"policy", "target_s", "trigger_s"} <= set(summary["attached"]["unavailable"])
+    assert "read from its plan" in text_of(nb)
+
+
 CHECKS = {
     "00_quickstart": check_quickstart,
     "01_dynamic_batching": check_dynamic_batching,
@@ -231,6 +250,7 @@ CHECKS = {
     "03_parameter_optimization": check_parameter_optimization,
     "04_policy_comparison": check_policy_comparison,
     "05_custom_controller": check_custom_controller,
+    "06_your_own_query": check_your_own_query,
     "lab_01_latency_bounds": check_lab,
 }
 

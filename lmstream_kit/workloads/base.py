@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 WORKLOADS: Registry[Workload] = Registry("workload")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class Workload:
     """A streaming query and the data it runs on.
 
@@ -97,6 +97,26 @@ class Workload:
             raise ConfigError(f"workload {self.name}: slide must be >= 0, got {self.slide_s}")
         if self.output_mode not in ("append", "update", "complete"):
             raise ConfigError(f"workload {self.name}: unknown output mode {self.output_mode!r}")
+
+    def __repr__(self) -> str:
+        """One line: name, window and input columns (the functions it holds say nothing to a reader).
+
+        >>> get_workload("LR2S")   # doctest: +ELLIPSIS
+        <Workload LR2S: range 30 s, slide 10 s; columns time int32, vehicle int32, ...>
+        """
+        columns = ", ".join(f"{f.name} {f.type}" for f in self.schema)
+        return f"<Workload {self.name}: {self.window_text}; columns {columns}>"
+
+    @property
+    def window_text(self) -> str:
+        """The window as people read it: ``range 30 s, slide 10 s``, ``tumbling 60 s`` or ``bound 10 s``."""
+        if self.window_from_plan:
+            return "window read from the query's plan at start"
+        if not self.window_range_s:
+            return f"bound {self.slide_s:g} s"
+        if self.slide_s == 0:
+            return f"tumbling {self.window_range_s:g} s"
+        return f"range {self.window_range_s:g} s, slide {self.slide_s:g} s"
 
     @property
     def generated(self) -> bool:
