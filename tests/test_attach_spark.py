@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import time
 from datetime import datetime, timezone
+from pathlib import Path
 
 import pytest
 
@@ -224,3 +225,21 @@ def test_bad_input_is_a_config_error_naming_the_value_and_the_query_keeps_runnin
             attach(query)
     finally:
         query.stop()
+
+
+@pytest.mark.slow
+def test_the_readmes_attach_example_runs(tmp_path):
+    import subprocess
+    import sys
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    after = readme[readme.index("<!-- README attach example"):]
+    start = after.index("```python\n") + len("```python\n")
+    block = after[start:after.index("```\n", start)]
+    proc = subprocess.run([sys.executable, "-c", block], capture_output=True, text=True, timeout=300,
+                          cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    max_latency, state_rows, within = proc.stdout.strip().splitlines()[-1].split()
+    assert float(max_latency) > 0 and int(state_rows) >= 0 and 0 <= float(within) <= 1
+    records = [json.loads(line) for line in (tmp_path / "runs" / "counts" / "metrics.jsonl").read_text().splitlines()]
+    assert len([r for r in records if r["rows"] > 0]) >= 5
