@@ -121,6 +121,22 @@ def test_a_tumbling_target_starts_at_a_sixth_of_the_window_not_a_hidden_constant
     assert mine.gate.target_s == 2.0
 
 
+def test_a_resumed_generator_continues_after_its_last_second_with_a_timestamp_event_time(tmp_path):
+    from lmstream_kit.feed.make import next_generator_second
+
+    lanes = load_workload(f"{LANES_FILE}:LANES")
+    spool = Spool(tmp_path / "spool", schema=lanes.schema)
+    for second in (0, 1, 5):  # the traffic had no rows in seconds 2-4
+        spool.append(lanes.make_rows(second, 10, np.random.default_rng(second)), source="generator",
+                     second=second)
+    spool.close()
+    assert next_generator_second(Spool(tmp_path / "spool", create=False), lanes.time_column) == 6
+    # a spool written before the index kept the second: its numeric time column tells
+    old = Spool(tmp_path / "old", schema=pa.schema([("time", pa.int32())]))
+    old.append(pa.table({"time": pa.array([41, 42], pa.int32())}), source="generator")
+    assert next_generator_second(old, "time") == 43 and next_generator_second(old, None) == 0
+
+
 # ---------------------------------------------------------------- finding a workload by reference
 def test_a_workload_is_found_by_file_and_by_module(tmp_path, monkeypatch):
     pkg = tmp_path / "myqueries"

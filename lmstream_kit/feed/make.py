@@ -26,12 +26,21 @@ def make_feed(workload: Any, spool: Spool, *, input_dir: Optional[Path], traffic
 
 
 def next_generator_second(spool: Spool, time_column: Optional[str]) -> int:
-    """The simulated second after the spool's last dataset (0 for an empty spool or no time column)."""
-    if time_column is None or spool.end_seq == 0:
+    """The simulated second after the spool's last dataset (0 for an empty spool).
+
+    The generator writes each dataset's second into the spool's index; spools
+    written before it did are read by their numeric ``time_column``.
+    """
+    if spool.end_seq == 0:
         return 0
-    last = spool.read_table(spool.end_seq - 1, spool.end_seq)
-    if last.num_rows == 0:
+    last = spool.datasets(spool.end_seq - 1)[0]
+    if last.second is not None:
+        return last.second + 1
+    if time_column is None:
+        return 0
+    table = spool.read_table(spool.end_seq - 1, spool.end_seq)
+    if table.num_rows == 0:
         return 0
     import pyarrow.compute as pc
 
-    return int(pc.max(last[time_column]).as_py()) + 1
+    return int(pc.max(table[time_column]).as_py()) + 1

@@ -97,10 +97,11 @@ class DatasetInfo:
     nbytes: int
     path: str
     source: str = ""
+    second: int | None = None
 
     def to_json(self) -> dict:
         """Return the JSON-serialisable dict written as one index line."""
-        return {
+        out = {
             "seq": self.seq,
             "arrival": self.arrival,
             "rows": self.rows,
@@ -108,6 +109,9 @@ class DatasetInfo:
             "path": self.path,
             "source": self.source,
         }
+        if self.second is not None:
+            out["second"] = self.second
+        return out
 
     @classmethod
     def from_json(cls, d: dict) -> "DatasetInfo":
@@ -119,6 +123,7 @@ class DatasetInfo:
             nbytes=int(d["nbytes"]),
             path=str(d.get("path") or _data_path(int(d["seq"]))),
             source=str(d.get("source", "")),
+            second=None if d.get("second") is None else int(d["second"]),
         )
 
 
@@ -407,6 +412,7 @@ class Spool:
         *,
         arrival: float | None = None,
         source: str = "",
+        second: int | None = None,
     ) -> DatasetInfo:
         """Commit one dataset and return its :class:`DatasetInfo`.
 
@@ -420,6 +426,9 @@ class Spool:
             after the data file is in place.
         source : str
             Where the rows came from (``"generator"`` or a file name).
+        second : int, optional
+            The generator's simulated second of the rows (a resumed generator
+            continues after the last one).
 
         Raises
         ------
@@ -454,6 +463,7 @@ class Spool:
                     nbytes=int(nbytes),
                     path=rel,
                     source=source,
+                    second=second,
                 )
                 line = (json.dumps(info.to_json(), separators=(",", ":")) + "\n").encode("utf-8")
                 # One write call per line keeps the line contiguous in the file.

@@ -541,7 +541,7 @@ class FeedGenerator:
         if n:
             rng = np.random.default_rng([self.seed, second])
             table = self.make_rows(second, n, rng)
-            info = self.spool.append(table, source="generator")
+            info = self.spool.append(table, source="generator", second=second)
             self._datasets += 1
             self._rows += info.rows
         self._next_second = second + 1
