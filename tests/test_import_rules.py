@@ -19,6 +19,8 @@ PURE = {
     "lmstream_kit.sim", "lmstream_kit.stats", "lmstream_kit.optimizer", "lmstream_kit.optimizer.fit",
     "lmstream_kit.optimizer.runner", "lmstream_kit.runloop", "lmstream_kit.units", "lmstream_kit.stream_config",
     "lmstream_kit.progress",
+    "lmstream_kit.flumina", "lmstream_kit.flumina.spec", "lmstream_kit.flumina.plan", "lmstream_kit.flumina.run",
+    "lmstream_kit.flumina.streams", "lmstream_kit.flumina.examples",
 }
 #: modules that may use the engine adapter layer
 ENGINE_USERS = {"lmstream_kit.live", "lmstream_kit.bench.run", "lmstream_kit.cli", "lmstream_kit.attached",
