@@ -41,6 +41,10 @@ class ChannelError(KitError):
     """Raised when the source cannot reach the driver's admission channel."""
 
 
+class SpecError(KitError):
+    """Raised when a Flumina spec breaks one of its laws (the message holds the counterexample)."""
+
+
 def one_line(error: "BaseException | str") -> str:
     """The first line of an error's message (its type name when the message is empty).
 
