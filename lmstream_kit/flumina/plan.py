@@ -16,14 +16,14 @@ w0 [b] 1 ev/s
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from ..exceptions import ConfigError
 from .spec import Spec, Tag
 
-__all__ = ["Plan", "PlanNode", "greedy_plan", "sequential_plan", "tag_key", "user_plan"]
+__all__ = ["Plan", "PlanNode", "greedy_plan", "random_plan", "sequential_plan", "tag_key", "user_plan"]
 
 
 def tag_key(tag: Tag) -> tuple:
@@ -249,6 +249,32 @@ def greedy_plan(spec: Spec, parallelism: int, rates: Mapping[Tag, float] | None 
         leaves[target] += groups[i]
         loads[target] += group_rate[i]
     return Plan(spec, (sync, tuple((leaf, ()) for leaf in leaves)), rates=rate)
+
+
+def random_plan(spec: Spec, choose: Callable[[int], int], max_depth: int = 3) -> Plan:
+    """A random valid plan, for property tests: ``choose(k)`` picks an integer in ``[0, k)``.
+
+    Each node keeps each of its tags with one choice, splits the rest into independent groups and
+    deals them to 1..groups children; nodes at ``max_depth`` keep all.  Pass a seeded
+    ``lambda k: int(rng.integers(k))`` or a hypothesis draw (smaller choices shrink to flatter plans).
+
+    >>> from lmstream_kit.flumina.spec import value_barrier_spec
+    >>> print(random_plan(value_barrier_spec(3), lambda k: k - 1))
+    w0 [a0, a1, a2, b] 3001 ev/s
+    """
+    def build(tags: list, depth: int) -> tuple:
+        own = [t for t in tags if depth >= max_depth or choose(2)]
+        rest = [t for t in tags if t not in own]
+        if not rest:
+            return own, ()
+        groups = _components(spec, set(rest))
+        k = 1 + choose(len(groups))
+        dealt: list[list] = [[] for _ in range(k)]
+        for group in groups:
+            dealt[choose(k)] += group
+        return own, tuple(build(_sorted(d), depth + 1) for d in dealt if d)
+
+    return Plan(spec, build(_sorted(spec.tags), 1))
 
 
 _KEYS = {"tags", "children", "id", "rate", "spec"}

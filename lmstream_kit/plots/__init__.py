@@ -19,6 +19,7 @@ from .bench import (
     pick_timeline_queries,
     within_bound_figure,
 )
+from .flumina import PLAN_NODE_COLORS, plan_nodes, plan_tree_figure
 from .plan import (
     DEVICE_COLORS,
     device_plan_figure,
@@ -32,6 +33,7 @@ from .records import EMPTY_TEXT, change_markers, records_frame
 __all__ = [
     "DEVICE_COLORS",
     "EMPTY_TEXT",
+    "PLAN_NODE_COLORS",
     "batch_size_figure",
     "change_markers",
     "device_plan_figure",
@@ -47,6 +49,8 @@ __all__ = [
     "pick_timeline_queries",
     "plan_edges",
     "plan_layout",
+    "plan_nodes",
+    "plan_tree_figure",
     "records_frame",
     "throughput_figure",
     "time_split_figure",
