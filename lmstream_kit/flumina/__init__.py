@@ -8,9 +8,13 @@ from .plan import Plan, PlanNode, greedy_plan, sequential_plan, user_plan
 from .run import Round, Segment, Sync, fork_states, join_states, run_leaf, run_plan, segments
 from .streams import Heartbeat, InputStream, Merger, merge_streams
 from .examples import EXAMPLES
+from .check import Samples, SpecReport, check_spec
+from .equivalence import Matcher, assert_equivalent, bag, same_key, sequence
 
 __all__ = ["Dependence", "Event", "Spec", "define_spec", "ordered", "run_sequential", "value_barrier_spec",
            # plans, the parallel semantics, input streams, examples
            "Plan", "PlanNode", "greedy_plan", "sequential_plan", "user_plan",
            "Round", "Segment", "Sync", "fork_states", "join_states", "run_leaf", "run_plan", "segments",
-           "Heartbeat", "InputStream", "Merger", "merge_streams", "EXAMPLES"]
+           "Heartbeat", "InputStream", "Merger", "merge_streams", "EXAMPLES",
+           # the law checker and the equivalence checker
+           "Samples", "SpecReport", "check_spec", "Matcher", "assert_equivalent", "bag", "same_key", "sequence"]
