@@ -4,7 +4,7 @@
 """
 
 from .spec import Dependence, Event, Spec, define_spec, ordered, run_sequential, value_barrier_spec
-from .plan import Plan, PlanNode, greedy_plan, sequential_plan, user_plan
+from .plan import Plan, PlanNode, greedy_plan, random_plan, sequential_plan, user_plan
 from .run import Round, Segment, Sync, fork_states, join_states, run_leaf, run_plan, segments
 from .streams import Heartbeat, InputStream, Merger, merge_streams
 from .examples import EXAMPLES
@@ -13,7 +13,7 @@ from .equivalence import Matcher, assert_equivalent, bag, same_key, sequence
 
 __all__ = ["Dependence", "Event", "Spec", "define_spec", "ordered", "run_sequential", "value_barrier_spec",
            # plans, the parallel semantics, input streams, examples
-           "Plan", "PlanNode", "greedy_plan", "sequential_plan", "user_plan",
+           "Plan", "PlanNode", "greedy_plan", "random_plan", "sequential_plan", "user_plan",
            "Round", "Segment", "Sync", "fork_states", "join_states", "run_leaf", "run_plan", "segments",
            "Heartbeat", "InputStream", "Merger", "merge_streams", "EXAMPLES",
            # the law checker and the equivalence checker

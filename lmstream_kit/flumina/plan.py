@@ -145,7 +145,7 @@ class Plan:
     @property
     def load(self) -> dict[str, float]:
         """Events per second each node receives, from the tag rates: ``{name: rate}``."""
-        return {n.name: sum(self.rates.get(t, 0.0) for t in n.tags) for n in self.nodes}
+        return {n.name: float(sum(self.rates.get(t, 0.0) for t in n.tags)) for n in self.nodes}
 
     # -- views -----------------------------------------------------------------------------------
     def to_dict(self) -> dict:
@@ -256,14 +256,14 @@ def random_plan(spec: Spec, choose: Callable[[int], int], max_depth: int = 3) ->
 
     Each node keeps each of its tags with one choice, splits the rest into independent groups and
     deals them to 1..groups children; nodes at ``max_depth`` keep all.  Pass a seeded
-    ``lambda k: int(rng.integers(k))`` or a hypothesis draw (smaller choices shrink to flatter plans).
+    ``lambda k: int(rng.integers(k))`` or a hypothesis draw (smaller choices give flatter plans).
 
     >>> from lmstream_kit.flumina.spec import value_barrier_spec
-    >>> print(random_plan(value_barrier_spec(3), lambda k: k - 1))
+    >>> print(random_plan(value_barrier_spec(3), lambda k: 0))       # the smallest choices: one node
     w0 [a0, a1, a2, b] 3001 ev/s
     """
     def build(tags: list, depth: int) -> tuple:
-        own = [t for t in tags if depth >= max_depth or choose(2)]
+        own = [t for t in tags if depth >= max_depth or choose(2) == 0]
         rest = [t for t in tags if t not in own]
         if not rest:
             return own, ()
