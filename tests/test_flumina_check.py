@@ -14,8 +14,18 @@ from hypothesis import strategies as st
 
 from lmstream_kit.exceptions import ConfigError, SpecError
 from lmstream_kit.flumina import (
-    Dependence, Event, Matcher, Samples, assert_equivalent, bag, check_spec, define_spec, run_sequential,
-    same_key, sequence, value_barrier_spec,
+    Dependence,
+    Event,
+    Matcher,
+    Samples,
+    assert_equivalent,
+    bag,
+    check_spec,
+    define_spec,
+    run_sequential,
+    same_key,
+    sequence,
+    value_barrier_spec,
 )
 
 DEPS = {"read": ["x", "y", "read"]}
@@ -54,9 +64,9 @@ COUNTS = [Event("x", 1), Event("y", 2), Event("x", 3), Event("read", 4), Event("
 DIGITS = [Event("a0", 1, 1), Event("a1", 2, 2), Event("a0", 3, 3), Event("b", 4)]
 
 
-def histories(tags, barrier, payloads=st.integers(-5, 9)):
-    """Lists of events over ``tags`` (payload from ``payloads``) and ``barrier`` events, timestamps in order."""
-    event = st.one_of(st.tuples(st.sampled_from(tags), payloads), st.just((barrier, None)))
+def histories(tags, barrier):
+    """Lists of events over ``tags`` (payloads -5..9) and ``barrier`` events, timestamps in order."""
+    event = st.one_of(st.tuples(st.sampled_from(tags), st.integers(-5, 9)), st.just((barrier, None)))
     return st.lists(event, max_size=8).map(lambda evs: [Event(t, i, p) for i, (t, p) in enumerate(evs)])
 
 
@@ -145,6 +155,10 @@ def test_an_update_that_raises_is_a_counterexample_and_bad_samples_are_config_er
     found = check_spec(spec, Samples(events=[Event("x", 1), Event("y", 2)])).laws["C1"].counterexample
     assert str(found).endswith("  upd(upd(s, e1), e2) -> raised ZeroDivisionError: division by zero\n"
                                "  upd(upd(s, e2), e1) -> state 2, outputs []")
+    no_pair = define_spec("no_pair", tags=["x", "y"], depends={}, init=lambda: 0, update=lambda s, e: (s + 1, []),
+                          fork=lambda s, t1, t2: s, join=lambda a, b: a + b)
+    assert str(check_spec(no_pair, [Event("x", 1)]).laws["C2"].counterexample).endswith(
+        "  join(s1, s2) -> raised TypeError: cannot unpack non-iterable int object\n  s            -> 0")
     with pytest.raises(ConfigError, match="not an Event with one of its tags"):
         check_spec(spec, [Event("z", 1)])
     with pytest.raises(ConfigError, match="max_examples"):
@@ -172,17 +186,19 @@ def test_everything_dependent_is_sequence_equality():
             assert equal
 
 
-SWAPPED = "not equivalent: left[0] = ('x', 1) is unmatched: right[1] = ('x', 2) depends on it and comes first " \
-          "on the right (dependent items in another order, or an item missing or changed)"
+SWAPPED = ("not equivalent: left[0] = ('x', 1) is unmatched: right[1] = ('x', 2) depends on it and comes first "
+           "on the right (dependent items in another order, or an item missing or changed)")
+MISSING = ("not equivalent: left[1] = ('y', 1) is unmatched: nothing on the right equals it "
+           "(missing on the right, or extra on the left)")
+EXTRA = ("not equivalent: right[2] = ('y', 2) is unmatched: nothing on the left equals it "
+         "(missing on the left, or extra on the right)")
 
 
 @pytest.mark.parametrize("right, message", [
     ([("y", 1), ("x", 1), ("x", 2)], None),
     ([("y", 1), ("x", 2), ("x", 1)], SWAPPED),
-    ([("x", 1), ("x", 2)], "not equivalent: left[1] = ('y', 1) is unmatched: nothing on the right equals it "
-                           "(missing on the right, or extra on the left)"),
-    ([("x", 1), ("y", 1), ("y", 2), ("x", 2)], "not equivalent: right[2] = ('y', 2) is unmatched: nothing on the "
-                                               "left equals it (missing on the left, or extra on the right)"),
+    ([("x", 1), ("x", 2)], MISSING),
+    ([("x", 1), ("y", 1), ("y", 2), ("x", 2)], EXTRA),
 ])
 def test_items_with_the_same_key_keep_their_order_and_the_first_unmatched_is_named(right, message):
     left = [("x", 1), ("y", 1), ("x", 2)]
@@ -228,7 +244,8 @@ def _equivalent_by_projections(left, right, depends):
 @given(st.lists(st.sampled_from("abcd"), max_size=7), st.lists(st.sampled_from("abcd"), max_size=7),
        st.sets(st.tuples(st.sampled_from("abcd"), st.sampled_from("abcd"))), st.randoms(use_true_random=False))
 def test_the_matcher_agrees_with_the_trace_projection_criterion_in_any_feeding_order(left, right, pairs, rnd):
-    depends = lambda a, b: (a, b) in pairs or (b, a) in pairs  # noqa: E731
+    def depends(a, b):
+        return (a, b) in pairs or (b, a) in pairs
     m, feed = Matcher(depends), ["l"] * len(left) + ["r"] * len(right)
     rnd.shuffle(feed)
     items = {"l": iter(left), "r": iter(right)}
@@ -288,3 +305,12 @@ def test_the_docstring_examples_run(module):
     import importlib
     result = doctest.testmod(importlib.import_module(module))
     assert result.failed == 0 and result.attempted > 0
+
+
+def test_key_compares_only_what_must_be_equal():
+    left = [{"k": "a", "v": 1, "at": 10.0}, {"k": "a", "v": 2, "at": 11.0}]
+    right = [{"k": "a", "v": 1, "at": 12.5}, {"k": "a", "v": 2, "at": 13.0}]
+    by_k = same_key(lambda row: row["k"])
+    assert assert_equivalent(left, right, by_k, key=lambda row: (row["k"], row["v"])) == 2
+    with pytest.raises(AssertionError, match=r"left\[0\] = \{'k': 'a', 'v': 1, 'at': 10.0\} is unmatched"):
+        assert_equivalent(left, right, by_k)

@@ -11,6 +11,7 @@ value_barrier: C1 holds (12 cases), C2 holds (8 cases), C3 holds (24 cases)
 
 from __future__ import annotations
 
+import heapq
 import operator
 import random
 from collections.abc import Callable, Iterable, Sequence
@@ -86,8 +87,6 @@ def size(value: Any) -> float:
         return len(value) + sum(size(k) + size(v) for k, v in value.items())
     if isinstance(value, (list, tuple, set, frozenset)):
         return len(value) + sum(size(v) for v in value)
-    if isinstance(value, Event):
-        return size(value.payload)
     return len(repr(value))
 
 
@@ -202,15 +201,25 @@ def check_spec(spec: Spec, samples: Samples | Iterable[Event], *, max_examples: 
 
     Parameters
     ----------
-    spec : the spec to check.
-    samples : a :class:`Samples`, or a list of events (one history: its events, and the state after each
-        of its prefixes).
-    max_examples : cases tried per law.  With fewer cases than this all are tried, smallest first, so a
+    spec : Spec
+        The spec to check.
+    samples : Samples or list of Event
+        A list of events is one history: its events, and the state after each of its prefixes.
+    max_examples : int
+        Cases tried per law.  With fewer cases than this all are tried, smallest first, so a
         counterexample is the smallest there is; otherwise the smallest half and a seeded random half,
-        and a failure is shrunk one coordinate (state, or events and fork) at a time.
-    seed : seeds the random half.
-    equal : compares states, and single outputs (default ``==``; pass a tolerance for floats).
-    size : the key that shrinking minimises, for states and events' payloads (default :func:`size`).
+        and a failure is shrunk one coordinate (the state, or the events and fork) at a time.
+    seed : int
+        Seeds the random half.
+    equal : callable
+        ``equal(x, y)`` compares states, and single outputs (default ``==``; pass a tolerance for floats).
+    size : callable
+        The key that shrinking minimises, applied to states and to events' payloads (default :func:`size`).
+
+    Returns
+    -------
+    SpecReport
+        Each law's verdict and counterexample; :meth:`SpecReport.raise_if_failed` raises a SpecError.
 
     Examples
     --------
@@ -232,7 +241,7 @@ def check_spec(spec: Spec, samples: Samples | Iterable[Event], *, max_examples: 
     if not isinstance(samples, Samples):
         samples = Samples(histories=[list(samples)])
     events, states = samples.resolve(spec)
-    events.sort(key=size)  # stable: ties keep the samples' order
+    events.sort(key=lambda e: size(e.payload))  # stable: ties keep the samples' order
     states.sort(key=size)
     law = _Laws(spec, equal)
     dep = spec.dependence
@@ -240,10 +249,10 @@ def check_spec(spec: Spec, samples: Samples | Iterable[Event], *, max_examples: 
     splits = forks(spec)
     sides = [(p1, p2, side, e) for p1, p2 in splits for side, pred in ((1, p1), (2, p2))
              for e in events if e.tag in pred]
-    sides.sort(key=lambda c: size(c[3]))
-    plan = {"C1": (law.c1, pairs, [size(a) + size(b) for a, b in pairs]),
+    sides.sort(key=lambda c: size(c[3].payload))
+    plan = {"C1": (law.c1, pairs, [size(a.payload) + size(b.payload) for a, b in pairs]),
             "C2": (law.c2, splits, [0] * len(splits)),
-            "C3": (law.c3, sides, [size(c[3]) for c in sides])}
+            "C3": (law.c3, sides, [size(c[3].payload) for c in sides])}
     rng = random.Random(seed)
     results = {}
     for name, (test, cases, case_sizes) in plan.items():
@@ -266,7 +275,7 @@ def _search(test, states, cases, state_sizes, case_sizes, max_examples, rng):
         candidates = [(i, j) for i in range(len(states)) for j in range(len(cases))]
     else:
         every = ((i, j) for i in range(len(states)) for j in range(len(cases)))
-        smallest = sorted(every, key=key)[: max_examples // 2]
+        smallest = heapq.nsmallest(max_examples // 2, every, key=key)
         taken = {i * len(cases) + j for i, j in smallest}
         rest = [k for k in rng.sample(range(n), min(n, max_examples * 2)) if k not in taken]
         candidates = smallest + [divmod(k, len(cases)) for k in rest[: max_examples - len(smallest)]]
@@ -294,14 +303,33 @@ class _Laws:
     def __init__(self, spec: Spec, equal: Callable[[Any, Any], bool]):
         self.spec, self.equal = spec, equal
 
-    def _updates(self, state, events):
+    def _run(self, state, events):
+        """``(state, outputs)`` after ``events``, or the exception raised (or given as ``state``)."""
+        outputs = []
         try:
-            outputs = []
+            if isinstance(state, BaseException):
+                raise state
             for e in events:
                 state, out = self.spec.update(state, e)
-                outputs.extend(out)
-            return state, list(outputs)
-        except Exception as exc:  # a spec that raises on a sample breaks the law there
+                outputs += list(out)
+        except Exception as exc:  # noqa: BLE001 - a spec that raises on a sample breaks the law there
+            return exc
+        return state, outputs
+
+    def _fork(self, s, p1, p2):
+        try:
+            s1, s2 = self.spec.fork(s, p1, p2)
+            return s1, s2
+        except Exception as exc:  # noqa: BLE001 - as in _run
+            return exc, exc
+
+    def _join(self, s1, s2):
+        try:
+            for s in (s1, s2):
+                if isinstance(s, BaseException):
+                    raise s
+            return self.spec.join(s1, s2)
+        except Exception as exc:  # noqa: BLE001 - as in _run
             return exc
 
     def _same(self, x, y, bag: bool) -> bool:
@@ -312,54 +340,38 @@ class _Laws:
             return False
         if not bag:
             return all(self.equal(a, b) for a, b in zip(xs, ys))
-        left = list(ys)
+        ys = list(ys)
         for a in xs:
-            k = next((k for k, b in enumerate(left) if self.equal(a, b)), None)
+            k = next((k for k, b in enumerate(ys) if self.equal(a, b)), None)
             if k is None:
                 return False
-            del left[k]
+            del ys[k]
         return True
 
     def c1(self, s, case):
         e1, e2 = case
-        one, two = self._updates(s, [e1, e2]), self._updates(s, [e2, e1])
+        one, two = self._run(s, [e1, e2]), self._run(s, [e2, e1])
         if self._same(one, two, bag=True):
             return None
         return Counterexample("C1", s, (e1, e2), None, (("upd(upd(s, e1), e2)", one), ("upd(upd(s, e2), e1)", two)))
-
-    def _fork(self, s, p1, p2):
-        try:
-            s1, s2 = self.spec.fork(s, p1, p2)
-            return s1, s2
-        except Exception as exc:
-            return exc, exc
-
-    def _join(self, s1, s2):
-        try:
-            if isinstance(s1, BaseException):
-                return s1
-            return self.spec.join(s1, s2)
-        except Exception as exc:
-            return exc
 
     def c2(self, s, case):
         p1, p2 = case
         s1, s2 = self._fork(s, p1, p2)
         joined = self._join(s1, s2)
-        if self._same((joined, []), (s, []), bag=False):
+        if not isinstance(joined, BaseException) and self.equal(joined, s):
             return None
         return Counterexample("C2", s, (), (p1, p2, s1, s2), (("join(s1, s2)", joined), ("s", s)))
 
     def c3(self, s, case):
         p1, p2, side, e = case
         s1, s2 = self._fork(s, p1, p2)
-        whole = self._updates(self._join(s1, s2), [e])
-        part = self._updates(s1 if side == 1 else s2, [e])
-        if isinstance(part, BaseException):
-            split = part
-        else:
-            joined = self._join(part[0], s2) if side == 1 else self._join(s1, part[0])
-            split = joined if isinstance(joined, BaseException) else (joined, part[1])
+        whole = self._run(self._join(s1, s2), [e])
+        part = self._run(s1 if side == 1 else s2, [e])
+        split = part if isinstance(part, BaseException) else self._run(
+            self._join(part[0], s2) if side == 1 else self._join(s1, part[0]), [])
+        if not isinstance(split, BaseException):
+            split = (split[0], part[1])
         if self._same(whole, split, bag=False):
             return None
         expr = "join(upd(s1, e), s2)" if side == 1 else "join(s1, upd(s2, e))"
