@@ -97,6 +97,6 @@ def assert_same_up_to_dependence(dependence, got, want):
         for b in tags[i:]:
             if a != b and not dependence(a, b):
                 continue
-            pick = lambda items: [item for item in items if item[0].tag in (a, b)]
-            assert _canonical(dependence, pick(got)) == _canonical(dependence, pick(want)), (
-                f"outputs of {a!r} and {b!r} are in a different order: {pick(got)} != {pick(want)}")
+            left, right = ([item for item in items if item[0].tag in (a, b)] for items in (got, want))
+            assert _canonical(dependence, left) == _canonical(dependence, right), (
+                f"outputs of {a!r} and {b!r} are in a different order: {left} != {right}")
