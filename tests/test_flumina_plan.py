@@ -39,9 +39,10 @@ VB2, VB3, VB4 = value_barrier_spec(2), value_barrier_spec(3), value_barrier_spec
 DEEP = {"tags": ["b"], "children": [{"children": [{"tags": ["a0"]}, {"tags": ["a1"]}]}, {"tags": ["a2"]}]}
 
 
-@pytest.mark.parametrize("module", ["plan", "run", "streams", "examples"])
+@pytest.mark.parametrize("module", ["flumina.plan", "flumina.run", "flumina.streams", "flumina.examples",
+                                    "plots.flumina"])
 def test_the_docstring_examples_hold(module):
-    mod = importlib.import_module(f"lmstream_kit.flumina.{module}")
+    mod = importlib.import_module(f"lmstream_kit.{module}")
     assert doctest.testmod(mod).failed == 0
 
 

@@ -215,7 +215,11 @@ def greedy_plan(spec: Spec, parallelism: int, rates: Mapping[Tag, float] | None 
        the least loaded leaf (the first on a tie).  A tag lives on one leaf, never split.
     3. With ``parallelism == 1`` or fewer than two groups the plan is :func:`sequential_plan`.
 
-    ``rates``: events per second per tag; tags it omits keep ``spec.rates``.
+    Parameters
+    ----------
+    spec : the specification.
+    parallelism : the most leaves (workers), an integer >= 1.
+    rates : events per second per tag; tags it omits keep ``spec.rates``.
 
     >>> from lmstream_kit.flumina.spec import value_barrier_spec
     >>> print(greedy_plan(value_barrier_spec(4), 2, rates={"a3": 5000}))

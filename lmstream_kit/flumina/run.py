@@ -72,6 +72,11 @@ def segments(plan: Plan, events: Iterable[Event]) -> list[Round]:
     ``n``'s, so its events may run on either side of the sync.  Closed segments join the current
     round unless the round already has a sync that they must follow (a sync at an ancestor of the
     leaf, or the leaf already has a segment in the round); then a new round starts.
+
+    Returns
+    -------
+    list of Round
+        In order; an engine runs each round's segments in parallel, then its syncs in order.
     """
     rounds: list[Round] = []
     cur_segments: dict[str, tuple] = {}
@@ -165,6 +170,17 @@ def run_plan(spec: Spec, plan: Plan, events: Iterable[Event], state: Any = None,
     worker's in order, the workers of one round one after another (in plan order), each sync's after
     the segments it follows.  That is one of the orders the dependence relation allows; compare it
     with the sequential run up to dependence (equal lists when only synchronising events emit).
+
+    Parameters
+    ----------
+    spec, plan : the specification and a plan for it (the plan must cover the spec's tags).
+    events : any order; they are run in :func:`~lmstream_kit.flumina.spec.ordered` order.
+    state : the starting state; ``spec.init()`` when ``None``.
+
+    Returns
+    -------
+    tuple
+        ``(state, [(event, output), ...])``.
     """
     if plan.spec.tags != spec.tags:
         raise ConfigError(f"plan for {plan.spec.name} does not cover the tags of spec {spec.name}")
