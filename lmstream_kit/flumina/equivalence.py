@@ -15,6 +15,7 @@ AssertionError: not equivalent: left[0] = ('t1', 20) is unmatched: right[0] = ('
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -43,16 +44,58 @@ def same_key(key: Callable[[Any], Hashable]) -> Callable[[Any, Any], bool]:
     >>> same_key(lambda row: row["k"])({"k": 1, "v": 2}, {"k": 1, "v": 3})
     True
     """
-    def depends(a: Any, b: Any) -> bool:
-        return key(a) == key(b)
-    return depends
+    return _SameKey(key)
 
 
-@dataclass
-class _Pending:
-    item: Any
-    key: Any
-    blockers: int  # unmatched dependent items before it on its own side: it is minimal at 0
+@dataclass(frozen=True)
+class _SameKey:
+    key: Callable[[Any], Hashable]
+
+    def __call__(self, a: Any, b: Any) -> bool:
+        return self.key(a) == self.key(b)
+
+
+def _freeze(value: Any) -> Hashable:
+    """A hashable stand-in for ``value`` that is equal exactly when the values are (dicts, lists, ...)."""
+    try:
+        hash(value)
+        return value
+    except TypeError:
+        pass
+    if isinstance(value, dict):
+        return ("dict", frozenset((k, _freeze(v)) for k, v in value.items()))
+    if isinstance(value, (list, tuple)):
+        return (type(value).__name__, tuple(_freeze(v) for v in value))
+    if isinstance(value, (set, frozenset)):
+        return frozenset(_freeze(v) for v in value)
+    return ("repr", repr(value))
+
+
+class _Side:
+    """One stream's unmatched items: by dependence group and by equality key, each in arrival order."""
+
+    def __init__(self) -> None:
+        self.groups: dict[Hashable, OrderedDict[int, Any]] = {}
+        self.equal: dict[Hashable, OrderedDict[int, None]] = {}
+        self.at: dict[int, tuple[Any, Hashable, Hashable]] = {}  # position -> (item, group, equality key)
+        self.seen = 0
+
+    def add(self, position: int, item: Any, group: Hashable, key: Hashable) -> None:
+        self.groups.setdefault(group, OrderedDict())[position] = item
+        self.equal.setdefault(key, OrderedDict())[position] = None
+        self.at[position] = (item, group, key)
+
+    def remove(self, position: int) -> None:
+        _, group, key = self.at.pop(position)
+        for index, k in ((self.groups, group), (self.equal, key)):
+            del index[k][position]
+            if not index[k]:
+                del index[k]
+
+    def first(self, groups: Iterable[Hashable]) -> int | None:
+        """The earliest unmatched position in ``groups``."""
+        firsts = [next(iter(self.groups[g])) for g in groups if g in self.groups]
+        return min(firsts) if firsts else None
 
 
 class Matcher:
@@ -60,16 +103,22 @@ class Matcher:
 
     Each side's unmatched items form a partial order (arrival order restricted to dependent pairs).
     A new item matches the earliest *minimal* unmatched item of the other side that equals it; if it
-    depends on an unmatched item there that it does not match, the check fails at once.  Each push
-    costs O(p) dependence tests, p the unmatched items of both sides: O(n p) for n items.
+    depends on an unmatched item there that it does not match, the check fails at once.  Unmatched
+    items are indexed by equality and by dependence group, so a push costs O(g) dependence tests, g
+    the groups with unmatched items: O(1) for :func:`bag`, :func:`sequence` and :func:`same_key`, the
+    tags for a :class:`~lmstream_kit.flumina.spec.Dependence`, and the distinct unmatched items for
+    any other function.
 
     Parameters
     ----------
-    dependence : ``dependence(item1, item2) -> bool``, symmetric; or a
-        :class:`~lmstream_kit.flumina.spec.Dependence` over tags, with ``tag``.
-    key : what of an item must be equal for a match (default: the whole item).  Items with equal keys
+    dependence : callable or Dependence
+        ``dependence(item1, item2) -> bool``, symmetric; or a
+        :class:`~lmstream_kit.flumina.spec.Dependence` (or a function) over tags, with ``tag``.
+    key : callable, optional
+        What of an item must be equal for a match (default: the whole item).  Items with equal keys
         must have the same dependences.
-    tag : ``tag(item)``, the tag ``dependence`` is applied to.
+    tag : callable, optional
+        ``tag(item)``, the tag ``dependence`` relates.
 
     Examples
     --------
@@ -87,17 +136,39 @@ class Matcher:
             raise ConfigError("a Dependence relates tags: give tag=, a function from an item to its tag")
         if not callable(dependence):
             raise ConfigError(f"dependence must be a function (item, item) -> bool, got {dependence!r}")
-        self._dep = dependence if tag is None else (lambda a, b: dependence(tag(a), tag(b)))
         self._key = key if key is not None else (lambda item: item)
-        self._pending: dict[str, dict[int, _Pending]] = {"left": {}, "right": {}}
-        self._seen = {"left": 0, "right": 0}
+        self._sides = {"left": _Side(), "right": _Side()}
+        self._cache: dict[tuple, bool] = {}
         self.matched = 0
         self._failure: str | None = None
+        if tag is not None:
+            self._group, self._related = tag, self._by_pairs(dependence)
+        elif dependence is bag or dependence is sequence:
+            self._group = lambda item: None
+            self._related = (lambda side, g, item: ()) if dependence is bag else (lambda side, g, item: (g,))
+        elif isinstance(dependence, _SameKey):
+            self._group = lambda item: _freeze(dependence.key(item))
+            self._related = lambda side, g, item: (g,)
+        else:  # an arbitrary relation: one group per distinct item, tested against each group's first item
+            self._group = lambda item: _freeze(self._key(item))
+            self._related = lambda side, g, item: [
+                h for h, items in side.groups.items() if dependence(item, next(iter(items.values())))]
+
+    def _by_pairs(self, dependence: Callable[[Hashable, Hashable], bool]):
+        def related(side: _Side, g: Hashable, item: Any) -> list:
+            out = []
+            for h in side.groups:
+                if (g, h) not in self._cache:
+                    self._cache[g, h] = bool(dependence(g, h))
+                if self._cache[g, h]:
+                    out.append(h)
+            return out
+        return related
 
     @property
     def pending(self) -> dict[str, list[tuple[int, Any]]]:
         """Each side's unmatched items so far, as ``(position, item)``."""
-        return {side: [(q, p.item) for q, p in items.items()] for side, items in self._pending.items()}
+        return {name: [(q, side.at[q][0]) for q in sorted(side.at)] for name, side in self._sides.items()}
 
     def push_left(self, item: Any) -> None:
         """The next item of the left stream; AssertionError if the streams cannot be equivalent."""
@@ -110,54 +181,50 @@ class Matcher:
     def finish(self) -> int:
         """Both streams ended: the number of matched pairs, or AssertionError for an unmatched item."""
         if self._failure is None:
-            left, right = self._pending["left"], self._pending["right"]
+            left, right = self._sides["left"].at, self._sides["right"].at
             if left or right:
                 side = "left" if not right or (left and min(left) <= min(right)) else "right"
-                self._failure = self._unmatched(side, min(self._pending[side]), len(left) + len(right) - 1)
+                self._failure = self._unmatched(side, min(self._sides[side].at), len(left) + len(right) - 1)
         if self._failure is not None:
             raise AssertionError(self._failure)
         return self.matched
 
-    def _push(self, side: str, item: Any) -> None:
+    def _push(self, name: str, item: Any) -> None:
         if self._failure is not None:
             raise AssertionError(self._failure)
-        position, other = self._seen[side], _OTHER[side]
-        self._seen[side] += 1
-        key, own, theirs = self._key(item), self._pending[side], self._pending[other]
-        blockers = sum(1 for p in own.values() if self._dep(p.item, item))
-        for q, p in theirs.items():
-            if blockers == 0 and p.blockers == 0 and p.key == key:
-                self._match(other, q)
-                return
-            if self._dep(item, p.item):
-                self._failure = (f"not equivalent: {other}[{q}] = {p.item!r} is unmatched: {side}[{position}] = "
-                                 f"{item!r} depends on it and comes first on the {side} "
-                                 "(dependent items in another order, or an item missing or changed)")
-                raise AssertionError(self._failure)
-        own[position] = _Pending(item, key, blockers)
-
-    def _match(self, side: str, position: int) -> None:
-        items = self._pending[side]
-        gone = items.pop(position)
-        for q, p in items.items():
-            if q > position and self._dep(gone.item, p.item):
-                p.blockers -= 1
-        self.matched += 1
-
-    def _unmatched(self, side: str, position: int, more: int) -> str:
-        item, other = self._pending[side][position], _OTHER[side]
-        text = f"not equivalent: {side}[{position}] = {item.item!r} is unmatched: "
-        equal = next((q for q, p in self._pending[other].items() if p.key == item.key), None)
-        if equal is None:
-            text += f"nothing on the {other} equals it (missing on the {other}, or extra on the {side})"
+        own, other = self._sides[name], _OTHER[name]
+        theirs = self._sides[other]
+        position, own.seen = own.seen, own.seen + 1
+        group, key = self._group(item), _freeze(self._key(item))
+        # No unmatched item depends on an unmatched item of the other side (the later one would have
+        # failed), so an equal item there makes this one minimal on its own side too.
+        blocker = theirs.first(self._related(theirs, group, item))
+        equal = theirs.equal.get(key)
+        if equal and (blocker is None or blocker >= next(iter(equal))):
+            theirs.remove(next(iter(equal)))
+            self.matched += 1
+        elif blocker is not None:
+            self._failure = (f"not equivalent: {other}[{blocker}] = {theirs.at[blocker][0]!r} is unmatched: "
+                             f"{name}[{position}] = {item!r} depends on it and comes first on the {name} "
+                             "(dependent items in another order, or an item missing or changed)")
+            raise AssertionError(self._failure)
         else:
-            held = self._pending[other][equal]
-            behind = next((q for q, p in self._pending[other].items() if q < equal and self._dep(p.item, held.item)),
-                          None)
-            text += f"its equal {other}[{equal}] is held" + ("" if behind is None else (
-                f" behind {other}[{behind}] = {self._pending[other][behind].item!r}, which it depends on"))
+            own.add(position, item, group, key)
+
+    def _unmatched(self, name: str, position: int, more: int) -> str:
+        item, group, key = self._sides[name].at[position]
+        other = _OTHER[name]
+        theirs = self._sides[other]
+        text = f"not equivalent: {name}[{position}] = {item!r} is unmatched: "
+        if key not in theirs.equal:
+            text += f"nothing on the {other} equals it (missing on the {other}, or extra on the {name})"
+        else:
+            equal = next(iter(theirs.equal[key]))
+            behind = theirs.first(self._related(theirs, group, item))
+            text += f"its equal {other}[{equal}] is held" + ("" if behind is None or behind >= equal else (
+                f" behind {other}[{behind}] = {theirs.at[behind][0]!r}, which it depends on"))
         if more:
-            counts = {s: len(self._pending[s]) - (s == side) for s in ("left", "right")}
+            counts = {s: len(self._sides[s].at) - (s == name) for s in ("left", "right")}
             text += f"; {more} more unmatched (left {counts['left']}, right {counts['right']})"
         return text
 
