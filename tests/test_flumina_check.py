@@ -27,6 +27,7 @@ from lmstream_kit.flumina import (
     sequence,
     value_barrier_spec,
 )
+from lmstream_kit.flumina.check import forks
 
 DEPS = {"read": ["x", "y", "read"]}
 
@@ -348,3 +349,13 @@ def test_a_shuffled_run_of_twenty_thousand_items_is_checked_without_a_quadratic_
     assert assert_equivalent(items, shuffled, bag) == 20_000
     assert assert_equivalent(items, interleaved, same_key(lambda row: row["account"])) == 20_000
     assert time.perf_counter() - started < 3.0  # a scan of every unmatched item per push takes minutes here
+
+
+def test_forks_are_the_independent_splits_and_many_dependent_tags_do_not_explode():
+    assert len(forks(value_barrier_spec(3))) == 12  # 3^3 - 2 * 2^3 + 1 ordered pairs of disjoint non-empty sets
+    tags = [f"t{i}" for i in range(40)]
+    chain = define_spec("all_dependent", tags=tags, depends={t: tags for t in tags}, init=lambda: 0,
+                        update=lambda s, e: (s, []), fork=lambda s, t1, t2: (s, s), join=lambda a, b: a)
+    assert forks(chain) == []
+    assert len(forks(define_spec("free", tags=tags, depends={}, init=lambda: 0, update=lambda s, e: (s, []),
+                                 fork=lambda s, t1, t2: (s, s), join=lambda a, b: a), limit=100)) == 100

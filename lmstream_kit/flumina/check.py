@@ -22,7 +22,7 @@ from typing import Any
 from ..exceptions import ConfigError, SpecError
 from .spec import Event, Spec, ordered
 
-__all__ = ["Counterexample", "LawResult", "Samples", "SpecReport", "check_spec", "size"]
+__all__ = ["Counterexample", "LawResult", "Samples", "SpecReport", "check_spec", "forks", "size"]
 
 LAWS = {
     "C1": "two events of independent tags do not commute (a non-commutative update marked independent)",
@@ -168,7 +168,7 @@ class SpecReport:
 
 
 def forks(spec: Spec, limit: int = MAX_FORKS) -> list[tuple[frozenset, frozenset]]:
-    """The ordered pairs of non-empty tag sets with no dependence across them, smallest first.
+    """The ordered pairs of non-empty tag sets with no dependence across them, smallest first (at most ``limit``).
 
     >>> from lmstream_kit.flumina.spec import value_barrier_spec
     >>> [(sorted(a), sorted(b)) for a, b in forks(value_barrier_spec(2))]
@@ -177,8 +177,11 @@ def forks(spec: Spec, limit: int = MAX_FORKS) -> list[tuple[frozenset, frozenset
     tags, found = sorted(spec.tags, key=repr), []
     dep = spec.dependence
 
+    budget = [64 * limit]  # nodes to visit: mutually dependent tags make many dead branches
+
     def place(i: int, one: list, two: list) -> None:
-        if len(found) >= limit:
+        budget[0] -= 1
+        if len(found) >= limit or budget[0] < 0:
             return
         if i == len(tags):
             if one and two:
