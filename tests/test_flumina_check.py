@@ -356,3 +356,19 @@ def test_forks_are_the_independent_splits_and_many_dependent_tags_do_not_explode
     assert forks(chain) == []
     assert len(forks(define_spec("free", tags=tags, depends={}, init=lambda: 0, update=lambda s, e: (s, []),
                                  fork=lambda s, t1, t2: (s, s), join=lambda a, b: a), limit=100)) == 100
+
+
+def test_the_readmes_flumina_example_runs():
+    import contextlib
+    import io
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    after = readme[readme.index("<!-- README flumina example"):]
+    start = after.index("```python\n") + len("```python\n")
+    shown = io.StringIO()
+    with contextlib.redirect_stdout(shown):
+        exec(after[start:after.index("```\n", start)], {})
+    text = shown.getvalue()
+    assert "w1 [a0, a2] 2000 ev/s" in text and "\nTrue\n" in text
+    assert "digits: C1 FAILS" in text and "e1 = Event(tag='x', ts=1, payload=1)" in text
