@@ -58,6 +58,7 @@ MODULES = [
     "lmstream_kit.flumina.run",
     "lmstream_kit.flumina.streams",
     "lmstream_kit.flumina.examples",
+    "lmstream_kit.flumina.batches",
     "lmstream_kit.plots.flumina",
     "lmstream_kit.workloads.cluster_monitoring",
     "lmstream_kit.workloads.hashing",

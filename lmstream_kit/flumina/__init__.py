@@ -10,6 +10,7 @@ from .streams import Heartbeat, InputStream, Merger, merge_streams
 from .examples import EXAMPLES
 from .check import Samples, SpecReport, check_spec
 from .equivalence import Matcher, assert_equivalent, bag, same_key, sequence
+from .batches import BatchRunner
 
 __all__ = ["Dependence", "Event", "Spec", "define_spec", "ordered", "run_sequential", "value_barrier_spec",
            # plans, the parallel semantics, input streams, examples
@@ -17,4 +18,6 @@ __all__ = ["Dependence", "Event", "Spec", "define_spec", "ordered", "run_sequent
            "Round", "Segment", "Sync", "fork_states", "join_states", "run_leaf", "run_plan", "segments",
            "Heartbeat", "InputStream", "Merger", "merge_streams", "EXAMPLES",
            # the law checker and the equivalence checker
-           "Samples", "SpecReport", "check_spec", "Matcher", "assert_equivalent", "bag", "same_key", "sequence"]
+           "Samples", "SpecReport", "check_spec", "Matcher", "assert_equivalent", "bag", "same_key", "sequence",
+           # micro-batch by micro-batch, replay-safe
+           "BatchRunner"]

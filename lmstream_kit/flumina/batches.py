@@ -1,0 +1,140 @@
+"""Micro-batch by micro-batch: a plan's worker states kept between batches, replay-safe by batch id.
+
+A replayed batch (Spark runs a batch again after a failure, with the same id) starts from the
+states before it, so it gives the same states and outputs; snapshots on disk carry them across
+restarts.  ``map_segments`` is where an engine runs the workers' segments in parallel.
+
+>>> from lmstream_kit.flumina.plan import greedy_plan
+>>> from lmstream_kit.flumina.spec import Event, value_barrier_spec
+>>> spec = value_barrier_spec(2)
+>>> runner = BatchRunner(spec, greedy_plan(spec, 2))
+>>> [o for _, o in runner.run(0, [Event("a0", 1, 5), Event("a1", 2, 7)])]
+[]
+>>> [o for _, o in runner.run(1, [Event("b", 3), Event("a0", 4, 1)])], runner.state()
+([('b', 3, 12)], 1)
+>>> [o for _, o in runner.run(1, [Event("b", 3), Event("a0", 4, 1)])], runner.state()   # replayed
+([('b', 3, 12)], 1)
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+from ..exceptions import ConfigError
+from .plan import Plan
+from .run import fork_states, join_states, run_leaf, segments
+from .spec import Event, Spec
+
+__all__ = ["BatchRunner", "MapSegments", "in_process"]
+
+#: ``map_segments(spec, [(state, events), ...]) -> [(state, [(event, output)]), ...]``, in order
+MapSegments = Callable[[Spec, Sequence[tuple[Any, tuple[Event, ...]]]], list[tuple[Any, list]]]
+
+
+def in_process(spec: Spec, work: Sequence[tuple[Any, tuple[Event, ...]]]) -> list[tuple[Any, list]]:
+    """The workers' segments one after another in this process (the reference :data:`MapSegments`)."""
+    return [run_leaf(spec, state, events) for state, events in work]
+
+
+class BatchRunner:
+    """Runs a spec on a plan batch by batch: each micro-batch's events, from the states the last left.
+
+    Parameters
+    ----------
+    spec, plan : the specification and its plan.
+    map_segments : MapSegments, optional
+        Runs one round's segments (in parallel on an engine); default :func:`in_process`.
+    snapshots : path, optional
+        A directory where the states after every batch are kept (``<batch_id>.pkl``, the last two),
+        so that a restarted run continues from the batch Spark's checkpoint committed.
+    """
+
+    def __init__(self, spec: Spec, plan: Plan, *, map_segments: MapSegments | None = None,
+                 snapshots: str | Path | None = None) -> None:
+        if plan.spec.tags != spec.tags:
+            raise ConfigError(f"plan for {plan.spec.name} does not cover the tags of spec {spec.name}")
+        self.spec, self.plan = spec, plan
+        self.map_segments = map_segments or in_process
+        self.snapshots = Path(snapshots) if snapshots is not None else None
+        self.last_batch: int | None = None  # the last batch run
+        self._states = fork_states(spec, plan, spec.init())  # after the last batch
+        self._before: dict[str, Any] = dict(self._states)  # before the last batch (a replay starts here)
+
+    # -- running -------------------------------------------------------------------------------
+    def run(self, batch_id: int, events: Iterable[Event]) -> list[tuple[Any, Any]]:
+        """Run one micro-batch; returns its ``(event, output)`` pairs (as :func:`~.run.run_plan` orders them).
+
+        The same ``batch_id`` as the last batch replays it from the states before it; an older one is
+        a ConfigError (Spark replays at most the batch it had not committed).
+        """
+        batch_id = int(batch_id)
+        if self.last_batch is not None and batch_id < self.last_batch:
+            raise ConfigError(f"batch {batch_id} is older than the last batch run ({self.last_batch}): "
+                              "only the last batch can be replayed")
+        start = self._before if batch_id == self.last_batch else self._states
+        states = dict(start)
+        outputs: list = []
+        for rnd in segments(self.plan, events):
+            work = [(states[seg.worker], seg.events) for seg in rnd.segments]
+            for seg, (state, out) in zip(rnd.segments, self.map_segments(self.spec, work)):
+                states[seg.worker] = state
+                outputs += out
+            for sync in rnd.syncs:
+                joined = join_states(self.spec, self.plan, states, sync.node)
+                joined, out = run_leaf(self.spec, joined, [sync.event])
+                outputs += out
+                states.update(fork_states(self.spec, self.plan, joined, sync.node))
+        self._before, self._states, self.last_batch = dict(start), states, batch_id
+        if self.snapshots is not None:
+            self._save(batch_id, states)
+        return outputs
+
+    def state(self) -> Any:
+        """The workers' states after the last batch, joined into one."""
+        return join_states(self.spec, self.plan, self._states)
+
+    @property
+    def worker_states(self) -> dict[str, Any]:
+        return dict(self._states)
+
+    # -- snapshots -----------------------------------------------------------------------------
+    def _save(self, batch_id: int, states: dict) -> None:
+        self.snapshots.mkdir(parents=True, exist_ok=True)
+        final = self.snapshots / f"{batch_id}.pkl"
+        tmp = self.snapshots / f".{batch_id}.pkl.tmp"
+        with open(tmp, "wb") as f:
+            pickle.dump({"batch_id": batch_id, "plan": self.plan.to_dict(), "states": states}, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, final)
+        for old in self._snapshot_ids()[:-2]:
+            (self.snapshots / f"{old}.pkl").unlink(missing_ok=True)
+
+    def _snapshot_ids(self) -> list[int]:
+        if self.snapshots is None or not self.snapshots.is_dir():
+            return []
+        return sorted(int(p.stem) for p in self.snapshots.glob("*.pkl") if p.stem.isdigit())
+
+    def resume(self, committed: int | None) -> BatchRunner:
+        """Continue after batch ``committed`` (Spark's last committed batch; None: from the start).
+
+        Loads the states saved after that batch; the batch after it then runs from them, also when
+        Spark replays it.  A missing snapshot is a ConfigError naming the batch.
+        """
+        if committed is None:
+            return self
+        path = self.snapshots / f"{committed}.pkl" if self.snapshots is not None else None
+        if path is None or not path.is_file():
+            raise ConfigError(f"no Flumina state saved after batch {committed} in {self.snapshots}")
+        with open(path, "rb") as f:
+            saved = pickle.load(f)
+        if saved["plan"] != self.plan.to_dict():
+            raise ConfigError(f"the state saved after batch {committed} belongs to another plan")
+        self._states = dict(saved["states"])
+        self._before = dict(self._states)
+        self.last_batch = committed
+        return self

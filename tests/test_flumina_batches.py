@@ -1,0 +1,91 @@
+"""Micro-batch by micro-batch (lmstream_kit.flumina.batches): any cut into batches equals the sequential
+run, a replayed batch gives the same outputs, and snapshots carry the states across a restart."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from flumina_strategies import assert_same_up_to_dependence, plans
+from lmstream_kit.exceptions import ConfigError
+from lmstream_kit.flumina import EXAMPLES, Event, greedy_plan, ordered, run_sequential, sequential_plan
+from lmstream_kit.flumina.batches import BatchRunner, in_process
+from lmstream_kit.flumina.spec import value_barrier_spec
+
+
+def in_batches(events, cuts):
+    """``events`` in sequential order, cut before each position in ``cuts``."""
+    events = ordered(events)
+    bounds = [0, *sorted({c % (len(events) + 1) for c in cuts}), len(events)]
+    return [events[a:b] for a, b in zip(bounds, bounds[1:])]
+
+
+@pytest.mark.parametrize("example", EXAMPLES.names())
+@settings(max_examples=40, deadline=None)
+@given(data=st.data(), cuts=st.lists(st.integers(0, 10_000), max_size=6), seed=st.integers(0, 50))
+def test_any_cut_into_micro_batches_equals_the_sequential_run(example, data, cuts, seed):
+    ex = EXAMPLES.get(example)
+    spec = ex.spec(3)
+    events = ex.events(120, 3, seed)
+    runner = BatchRunner(spec, data.draw(plans(spec)))
+    got = []
+    for batch_id, batch in enumerate(in_batches(events, cuts)):
+        got += runner.run(batch_id, batch)
+    state, outputs = run_sequential(spec, events)
+    assert runner.state() == state
+    _, pairs = _sequential_pairs(spec, events)
+    assert_same_up_to_dependence(spec.dependence, got, pairs)
+    assert [o for _, o in pairs] == outputs
+
+
+def _sequential_pairs(spec, events):
+    state, pairs = spec.init(), []
+    for e in ordered(events):
+        state, out = spec.update(state, e)
+        pairs += [(e, o) for o in out]
+    return state, pairs
+
+
+def test_a_replayed_batch_gives_the_same_outputs_and_states():
+    spec = value_barrier_spec(2)
+    runner = BatchRunner(spec, greedy_plan(spec, 2))
+    runner.run(0, [Event("a0", 1, 5), Event("a1", 2, 7)])
+    batch1 = [Event("a0", 3, 1), Event("b", 4), Event("a1", 5, 2)]
+    first = runner.run(1, batch1)
+    after = runner.worker_states
+    assert runner.run(1, batch1) == first and runner.worker_states == after
+    assert [o for _, o in first] == [("b", 4, 13)] and runner.state() == 2
+    with pytest.raises(ConfigError, match=r"^batch 0 is older than the last batch run \(1\): only the last"):
+        runner.run(0, [])
+
+
+def test_snapshots_carry_the_states_across_a_restart(tmp_path):
+    spec = EXAMPLES.get("fraud_detection").spec(2)
+    events = ordered(EXAMPLES.get("fraud_detection").events(300, 2, 7))
+    batches = [events[:100], events[100:200], events[200:]]
+    plan = greedy_plan(spec, 2)
+    straight = BatchRunner(spec, plan, snapshots=tmp_path / "state")
+    outs = [straight.run(i, b) for i, b in enumerate(batches)]
+    assert sorted(p.name for p in (tmp_path / "state").iterdir()) == ["1.pkl", "2.pkl"]  # the last two
+
+    restarted = BatchRunner(spec, plan, snapshots=tmp_path / "state").resume(committed=1)
+    assert restarted.run(2, batches[2]) == outs[2] and restarted.state() == straight.state()
+    assert straight.state() == run_sequential(spec, events)[0]
+    with pytest.raises(ConfigError, match=r"^no Flumina state saved after batch 0 in "):
+        BatchRunner(spec, plan, snapshots=tmp_path / "state").resume(committed=0)
+    with pytest.raises(ConfigError, match=r"^the state saved after batch 1 belongs to another plan$"):
+        BatchRunner(spec, sequential_plan(spec), snapshots=tmp_path / "state").resume(committed=1)
+
+
+def test_an_engine_gets_one_round_of_segments_at_a_time():
+    spec = value_barrier_spec(2)
+    rounds = []
+
+    def recording(spec_, work):
+        rounds.append([[e.tag for e in events] for _, events in work])
+        return in_process(spec_, work)
+
+    runner = BatchRunner(spec, greedy_plan(spec, 2), map_segments=recording)
+    runner.run(0, [Event("a0", 1, 1), Event("a1", 2, 1), Event("a0", 3, 1), Event("b", 4), Event("a1", 5, 1)])
+    assert rounds == [[["a0", "a0"], ["a1"]], [["a1"]]]
