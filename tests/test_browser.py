@@ -46,7 +46,7 @@ CONTROLS = ("inflection_point", "slide_s", "target_s", "policy", "rate_scale", "
 # URL prefixes outside 127.0.0.1 that the page may try (and is refused); none is needed
 ALLOWED_OUTSIDE: tuple[str, ...] = ()
 RUN_LIMIT_S = 200  # from opening the notebook to its last cell (the test's own timeout is 300 s)
-MIN_BATCHES = 6  # data batches the notebook waits for (before + after the slider moves): enough to watch
+MIN_BATCHES = 8  # data batches the notebook waits for (before + after the slider moves): enough to watch
 
 # Kernel side: the mapper's inflection point and the dashboard slider's value
 KERNEL_PROBE = (
@@ -419,17 +419,27 @@ def test_quickstart_dashboard_renders_grows_and_slider_reaches_kernel(browser, l
         def hidden() -> list[str]:
             return [k for k in CONTROLS if not page.locator(f".lmstream-{k}").first.is_visible()]
 
-        _wait_for(lambda: not hidden() or run_state() != "running", RUN_LIMIT_S, "the dashboard's controls")
+        # the live latency figure is sampled from the start: on a loaded machine the controls can
+        # render after several batches, and the growth that happened meanwhile counts too
+        samples: list[int] = []
+
+        def sample() -> None:
+            points = _latency_points(page)
+            if points is not None and (not samples or points != samples[-1]):
+                samples.append(points)
+
+        def controls_shown() -> bool:
+            sample()
+            return not hidden() or run_state() != "running"
+
+        _wait_for(controls_shown, RUN_LIMIT_S, "the dashboard's controls")
         assert not hidden(), (f"controls not rendered: {hidden()} (notebook {run_state()}, "
                               f"errors {page.evaluate(NOTEBOOK_ERRORS_JS)})")
         t_controls = time.monotonic() - t0
 
         # (2) the live latency figure gains points while the stream runs
-        samples: list[int] = []
         while run_state() == "running":
-            points = _latency_points(page)
-            if points is not None and (not samples or points != samples[-1]):
-                samples.append(points)
+            sample()
             if time.monotonic() - t0 > RUN_LIMIT_S:
                 pytest.fail(f"the notebook still runs after {RUN_LIMIT_S} s; latency points seen: {samples}")
             time.sleep(0.3)
