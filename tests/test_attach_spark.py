@@ -163,7 +163,9 @@ def test_trigger_change_restarts_from_the_checkpoint_without_losing_or_repeating
     assert [r["batch_id"] for r in records if r["changes"]] == [first_new["batch_id"]]
     assert [(b, c.param) for b, c in s.changelog.history()] == [(first_new["batch_id"], "trigger_s")]
     starts = [r["admitted_at"] for r in records if r["run_id"] == new_run]
-    assert min(b - a for a, b in zip(starts, starts[1:])) >= 1.9  # the 2 s trigger is in force
+    # the 2 s trigger is in force; Spark puts its triggers on a grid of the interval, so the first
+    # batch after the restart may come less than 2 s before the second (CI saw 1.38 s)
+    assert len(starts) >= 3 and min(b - a for a, b in zip(starts[1:], starts[2:])) >= 1.9
     values = sorted(row.value for row in spark.read.parquet(str(out)).select("value").collect())
     assert values == list(range(len(values)))  # no row lost or written twice
     assert sum(r["rows"] for r in records) == len(values)
