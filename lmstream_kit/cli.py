@@ -416,21 +416,17 @@ def _bench_table(results) -> None:
 @click.option("--workload", "spec", default=None, help="Describe your own: path/to/file.py[:NAME] or package.module:NAME.")
 def workloads(spec):
     """List the available workloads, or describe your own (--workload)."""
-    from .workloads import WORKLOADS, load_workload
-    from .workloads.loader import workloads_in
+    from .workloads import WORKLOADS
+    from .workloads.loader import find_workloads
 
     if spec is None:
         for name in WORKLOADS.names():
             w = WORKLOADS.get(name)
             click.echo(f"{name:12s} {w.window_text:26s} {w.description}")
         return
-    if ":" in spec or spec.endswith(".py"):
-        target, _, attr = spec.rpartition(":") if ":" in spec else (spec, "", "")
-        found = [load_workload(spec)] if attr else list(workloads_in(target).values())
-        if not found:
-            raise KitError(f"{target} defines no workload (build one with lmstream_kit.define_workload)")
-    else:
-        found = [load_workload(spec)]
+    found = find_workloads(spec)
+    if not found:
+        raise KitError(f"{spec} defines no workload (build one with lmstream_kit.define_workload)")
     for w in found:
         click.echo(f"{w.name}: {w.description}")
         click.echo(f"  window:     {w.window_text}")

@@ -88,16 +88,12 @@ class BenchConfig:
         check_device_mode(self.device_mode)
         # names or your own queries (FILE.py:NAME, MODULE:NAME, Workload objects), resolved once
         self._workloads: dict[str, Workload] = {}
-        for q in (self.queries.split(",") if isinstance(self.queries, str) else self.queries):
-            if isinstance(q, str) and not q.strip():
-                continue
-            w = load_workload(q.strip() if isinstance(q, str) else q)
+        for q in _names(self.queries, "queries"):
+            w = load_workload(q)
             if not w.generated:
                 raise ConfigError(f"workload {w.name} has no traffic generator (rows=): bench runs generated "
                                   "traffic; give the workload one, or run it on files with `run --input`")
             self._workloads[w.name] = w
-        if not self._workloads:
-            raise ConfigError("bench needs at least one of queries")
         self.queries = tuple(self._workloads)
         self.policies = tuple(POLICIES.get(p).name for p in _names(self.policies, "policies"))
         self.traffic = tuple(_names(self.traffic, "traffic"))
@@ -142,10 +138,11 @@ class BenchConfig:
         ]
 
 
-def _names(value, what: str) -> list[str]:
+def _names(value, what: str) -> list:
+    """Comma-separated text or a sequence as a list of stripped names; other objects (a Workload) kept."""
     if isinstance(value, str):
         value = value.split(",")
-    names = [str(v).strip() for v in value if str(v).strip()]
+    names = [v.strip() if isinstance(v, str) else v for v in value if not isinstance(v, str) or v.strip()]
     if not names:
         raise ConfigError(f"bench needs at least one of {what}")
     return names

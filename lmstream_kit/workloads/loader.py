@@ -21,7 +21,7 @@ from typing import Any
 from ..exceptions import ConfigError, one_line
 from .base import WORKLOADS, Workload
 
-__all__ = ["load_workload", "workloads_in"]
+__all__ = ["find_workloads", "load_workload", "workloads_in"]
 
 
 def load_workload(spec: Any) -> Workload:
@@ -53,6 +53,13 @@ def load_workload(spec: Any) -> Workload:
     return next(iter(found.values()))
 
 
+def find_workloads(spec: str) -> list[Workload]:
+    """Every workload ``spec`` names: all those a file or module defines when it has no ``:NAME``."""
+    if _is_reference(spec) and ":" not in spec:
+        return list(workloads_in(spec).values())
+    return [load_workload(spec)]
+
+
 def workloads_in(target: str) -> dict[str, Workload]:
     """The workloads a file or module defines at top level, by attribute name."""
     module = _import(target)
@@ -64,7 +71,7 @@ def _is_reference(spec: str) -> bool:
 
 
 def _import(target: str) -> ModuleType:
-    if target.endswith(".py") or "/" in target or Path(target).suffix == ".py":
+    if target.endswith(".py") or "/" in target:
         path = Path(target).expanduser()
         if not path.is_file():
             raise ConfigError(f"workload file {target} does not exist")
