@@ -134,9 +134,7 @@ class Workload:
         slide = 0.0 if slide_s in (0, range_s) else float(slide_s)
         return replace(self, window_range_s=float(range_s), slide_s=slide, window_from_plan=False,
                        description=self.description if not self.window_from_plan else (
-                           f"your query over a {range_s:g} s "
-                           + ("tumbling window" if slide == 0 else f"window sliding by {slide:g} s")
-                           + " (read from its plan)"))
+                           f"your query over {window_phrase(range_s, slide)} (read from its plan)"))
 
     @property
     def window_kind(self) -> str:
@@ -203,6 +201,13 @@ def time_window(range_s: float, slide_s: float):
     return F.window("ts", f"{range_s:g} seconds")
 
 
+def window_phrase(range_s: float, slide_s: float) -> str:
+    """A window in words for descriptions: ``a 30 s window sliding by 5 s``, ``a 30 s tumbling window``."""
+    if slide_s:
+        return f"a {range_s:g} s window sliding by {slide_s:g} s"
+    return f"a {range_s:g} s tumbling window"
+
+
 def register(workload: Workload) -> Workload:
     return WORKLOADS.register(workload.name, workload)
 
@@ -227,7 +232,7 @@ def register_pair(
     """
     sliding = Workload(
         name=f"{name}S",
-        description=description.format(window=f"a {window_range_s:g} s window sliding by {slide_s:g} s"),
+        description=description.format(window=window_phrase(window_range_s, slide_s)),
         build_query=query_for_slide(slide_s),
         window_range_s=window_range_s,
         slide_s=slide_s,
@@ -237,7 +242,7 @@ def register_pair(
     )
     tumbling = Workload(
         name=f"{name}T",
-        description=description.format(window=f"a {window_range_s:g} s tumbling window"),
+        description=description.format(window=window_phrase(window_range_s, 0)),
         build_query=query_for_slide(0),
         window_range_s=window_range_s,
         slide_s=0,

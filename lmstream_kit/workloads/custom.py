@@ -23,7 +23,7 @@ import pyarrow as pa
 
 from ..exceptions import ConfigError
 from ..units import parse_duration
-from .base import Workload, register as _register
+from .base import Workload, register as _register, window_phrase
 
 __all__ = ["define_workload", "INFER", "arrow_schema"]
 
@@ -227,9 +227,7 @@ def _describe(range_s: float, slide_s: float, infer: bool) -> str:
         return "your query; its window is read from Spark's plan at start"
     if range_s == 0:
         return f"your query, latency bound {slide_s:g} s"
-    if slide_s == 0:
-        return f"your query over a {range_s:g} s tumbling window"
-    return f"your query over a {range_s:g} s window sliding by {slide_s:g} s"
+    return f"your query over {window_phrase(range_s, slide_s)}"
 
 
 def _with_event_time(query, event_time: str | None, numeric_column: str | None, lateness_s: float | None):
