@@ -10,7 +10,8 @@ from hypothesis import strategies as st
 from flumina_strategies import assert_same_up_to_dependence, plans
 from lmstream_kit.exceptions import ConfigError
 from lmstream_kit.flumina import EXAMPLES, Event, greedy_plan, ordered, run_sequential, sequential_plan
-from lmstream_kit.flumina.batches import BatchRunner, in_process
+from lmstream_kit.flumina.batches import BatchRunner
+from lmstream_kit.flumina.speculate import in_process_workers
 from lmstream_kit.flumina.spec import value_barrier_spec
 
 
@@ -78,14 +79,16 @@ def test_snapshots_carry_the_states_across_a_restart(tmp_path):
         BatchRunner(spec, sequential_plan(spec), snapshots=tmp_path / "state").resume(committed=1)
 
 
-def test_an_engine_gets_one_round_of_segments_at_a_time():
+def test_an_engine_gets_whole_passes_each_worker_all_of_its_events():
     spec = value_barrier_spec(2)
-    rounds = []
+    events = [Event("a0", 1, 1), Event("a1", 2, 1), Event("a0", 3, 1), Event("b", 4), Event("a1", 5, 1)]
+    passes = []
+    engine = in_process_workers(events)
 
-    def recording(spec_, work):
-        rounds.append([[e.tag for e in events] for _, events in work])
-        return in_process(spec_, work)
+    def recording(spec_, plan_, tasks):
+        passes.append([(t.worker, t.start) for t in tasks])
+        return engine(spec_, plan_, tasks)
 
-    runner = BatchRunner(spec, greedy_plan(spec, 2), map_segments=recording)
-    runner.run(0, [Event("a0", 1, 1), Event("a1", 2, 1), Event("a0", 3, 1), Event("b", 4), Event("a1", 5, 1)])
-    assert rounds == [[["a0", "a0"], ["a1"]], [["a1"]]]
+    runner = BatchRunner(spec, greedy_plan(spec, 2))
+    assert [o for _, o in runner.run(0, map_workers=recording)] == [("b", 4, 3)]
+    assert passes == [[("w1", 0), ("w2", 0)]] and (runner.last.passes, runner.last.epochs) == (1, 2)

@@ -1,42 +1,210 @@
-"""Flumina's workers on Spark: one round's segments as one Spark job, a partition per worker.
+"""Flumina's workers on Spark: one Spark job per pass over a micro-batch, one partition per worker.
 
-:func:`spark_segments` is a :data:`~lmstream_kit.flumina.batches.MapSegments` for a
-:class:`~lmstream_kit.flumina.batches.BatchRunner`; Spark ships each worker's state and events to
-an executor, runs them there and returns the new state and outputs.  :func:`events_of` reads a
-micro-batch's events (columns ``tag``, ``ts``, ``payload``).
+:func:`spark_workers` is a :data:`~lmstream_kit.flumina.speculate.MapWorkers` for a micro-batch
+DataFrame with columns ``tag``, ``ts`` (seconds, or a timestamp), an optional ``payload`` and an
+optional arrival-order column (``seq``).  Each event goes to the worker that owns its tag, a
+synchronising event to every worker under its node; the rows are hash-partitioned on a key chosen so
+that Spark's own partitioner puts worker ``i`` in partition ``i``, sorted within the partition, and
+one ``mapInArrow`` task per worker runs :func:`~lmstream_kit.flumina.speculate.run_worker` on them.
+Spark does the distribution; the driver only checks the forks (:func:`~.speculate.resolve`).
+
+:func:`spark_sequential` is what a Spark user writes otherwise: the whole batch in one partition
+(``coalesce(1)``) or under one global key (``groupBy(lit(0))``), one loop over the events.
 """
 
 from __future__ import annotations
 
+import pickle
 from collections.abc import Sequence
+from functools import lru_cache
 from typing import Any
 
-__all__ = ["events_of", "spark_segments"]
+from ..exceptions import ConfigError, EngineError, one_line
+
+__all__ = ["events_frame", "partition_keys", "spark_sequential", "spark_workers", "worker_frame"]
 
 
-def spark_segments(spark, *, min_parallel: int = 2):
-    """A MapSegments that runs a round with ``min_parallel`` or more segments as one Spark job.
+@lru_cache(maxsize=16)
+def _keys(spark, n: int) -> tuple[int, ...]:
+    from pyspark.sql import functions as F
 
-    Each segment is one partition (so one task, on any executor); a round with fewer segments runs
-    in the driver, where a Spark job's fixed cost (about 0.45 s here) would only add latency.
+    rows = spark.range(0, 64 * n).select("id", F.pmod(F.hash("id"), F.lit(n)).alias("p")).collect()
+    first: dict[int, int] = {}
+    for row in rows:
+        first.setdefault(int(row.p), int(row.id))
+    if len(first) < n:
+        raise EngineError(f"found no hash key for every one of {n} partitions")
+    return tuple(first[i] for i in range(n))
+
+
+def partition_keys(spark, n: int) -> tuple[int, ...]:
+    """Keys ``k_0..k_{n-1}`` that Spark's hash partitioner sends to partitions ``0..n-1`` (asked of Spark)."""
+    return _keys(spark, int(n))
+
+
+def _order_columns(df, seq: str | None) -> list[str]:
+    return ["_ts"] + ([seq] if seq and seq in df.columns else [])
+
+
+def worker_frame(batch_df, plan, *, seq: str | None = "seq"):
+    """The batch's events, each on the partition of the worker that runs it, in the sequential order.
+
+    Columns ``tag``, ``_ts`` (seconds, a double), ``payload`` (None where absent) and ``_w`` (the
+    worker's index in the plan).  A synchronising event is on every worker under its node; an event
+    of a tag the plan does not know goes to worker 0, which reports it.
     """
-    from ..flumina.batches import in_process
-    from ..flumina.run import run_leaf
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import TimestampNTZType, TimestampType
 
-    def run(spec, work: Sequence[tuple[Any, tuple]]) -> list[tuple[Any, list]]:
-        if len(work) < min_parallel:
-            return in_process(spec, work)
-        indexed = list(enumerate(work))
-        rdd = spark.sparkContext.parallelize(indexed, len(indexed))
-        done = rdd.map(lambda item: (item[0], run_leaf(spec, item[1][0], item[1][1]))).collect()
-        return [result for _, result in sorted(done, key=lambda pair: pair[0])]
+    missing = [c for c in ("tag", "ts") if c not in batch_df.columns]
+    if missing:
+        raise ConfigError(f"a Flumina micro-batch needs columns tag and ts; missing {', '.join(missing)}")
+    names = [w.name for w in plan.workers]
+    index = {name: i for i, name in enumerate(names)}
+    pairs = []
+    for tag in sorted(plan.spec.tags, key=repr):
+        owner = plan.owner(tag)
+        targets = [index[owner]] if owner in index else [index[w] for w in plan.leaves_under(owner)]
+        pairs += [F.lit(tag), F.array(*[F.lit(i) for i in targets])]
+    ts_type = batch_df.schema["ts"].dataType
+    ts = F.col("ts")
+    ts = F.unix_micros(ts.cast("timestamp")) / 1e6 if isinstance(ts_type, (TimestampType, TimestampNTZType)) \
+        else ts.cast("double")
+    payload = F.col("payload") if "payload" in batch_df.columns else F.lit(None)
+    keys = partition_keys(batch_df.sparkSession, len(names))
+    extra = [seq] if seq and seq in batch_df.columns else []
+    framed = batch_df.select(
+        "tag", ts.alias("_ts"), payload.alias("payload"), *extra,
+        F.explode(F.coalesce(F.element_at(F.create_map(*pairs), F.col("tag")), F.array(F.lit(0)))).alias("_w"),
+    )
+    framed = framed.withColumn("_k", F.element_at(F.array(*[F.lit(k).cast("bigint") for k in keys]), F.col("_w") + 1))
+    return framed.repartition(len(names), "_k").sortWithinPartitions(*_order_columns(framed, seq))
+
+
+def spark_workers(batch_df, *, seq: str | None = "seq"):
+    """A MapWorkers that runs each pass over ``batch_df`` as one Spark job, a task per worker.
+
+    The plan's workers must all run at once only in the sense that each is one task; a machine with
+    fewer cores runs them one after another (correct, just not parallel).
+    """
+    from ..flumina.spec import Event
+    from ..flumina.speculate import run_worker
+
+    frames: dict = {}
+
+    def run(spec, plan, tasks: Sequence) -> dict:
+        import pyarrow as pa
+
+        key = plan.to_dict().__repr__()
+        if key not in frames:
+            frames.clear()
+            frames[key] = worker_frame(batch_df, plan, seq=seq)
+        framed = frames[key]
+        names = [w.name for w in plan.workers]
+        by_worker = {t.worker: t for t in tasks}
+
+        def work(batches):
+            from pyspark import TaskContext
+
+            i = TaskContext.get().partitionId()
+            task = by_worker[names[i]]
+
+            def events():
+                for b in batches:
+                    workers = b.column("_w").to_pylist()
+                    if any(w != i for w in workers):
+                        raise RuntimeError(f"partition {i} holds events of worker {[w for w in workers if w != i][0]}")
+                    for tag, ts, payload in zip(b.column("tag").to_pylist(), b.column("_ts").to_pylist(),
+                                                b.column("payload").to_pylist()):
+                        yield Event(tag, ts, payload)
+
+            report = run_worker(spec, plan, task, events())
+            yield pa.RecordBatch.from_pydict({"worker": [names[i]], "report": [pickle.dumps(report)]})
+
+        try:
+            rows = framed.mapInArrow(work, "worker STRING, report BINARY").collect()
+        except Exception as exc:
+            raise EngineError(f"Flumina pass on Spark failed: {_task_error(exc)}") from exc
+        return {row.worker: pickle.loads(row.report) for row in rows}
 
     return run
 
 
-def events_of(batch_df) -> list:
-    """The events of a micro-batch DataFrame with columns ``tag``, ``ts`` and ``payload``."""
+def _task_error(exc: BaseException) -> str:
+    """The Python error a task raised (its last line), else the exception's first line."""
+    text = str(exc)
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    for ln in reversed(lines):
+        if ln.split(":", 1)[0].endswith(("Error", "Exception")) and not ln.startswith(("org.", "java.")):
+            return ln
+    return one_line(exc)
+
+
+def spark_sequential(batch_df, spec, *, state: Any = None, idiom: str = "coalesce", seq: str | None = "seq"):
+    """The batch as a Spark user runs it without Flumina: every event in one place, in order.
+
+    ``idiom``: ``"coalesce"`` (``coalesce(1)``, sorted in the partition) or ``"global_key"``
+    (a constant key, ``groupBy(key).applyInArrow``, sorted in the group).  Returns ``(state, outputs)`` like
+    :func:`~lmstream_kit.flumina.spec.run_sequential`.
+    """
+    import pyarrow as pa
+    from pyspark.sql import functions as F
+
     from ..flumina.spec import Event
 
-    frame = batch_df.select("tag", "ts", "payload").toPandas()
-    return [Event(tag, float(ts), payload) for tag, ts, payload in frame.itertuples(index=False, name=None)]
+    start = spec.init() if state is None else state
+    cols = ["tag", "ts"] + (["payload"] if "payload" in batch_df.columns else []) \
+        + ([seq] if seq and seq in batch_df.columns else [])
+    df = batch_df.select(*cols)
+    order = ["ts"] + ([seq] if seq and seq in batch_df.columns else [])
+
+    def loop(table) -> bytes:
+        s, outputs = start, []
+        payloads = table.column("payload").to_pylist() if "payload" in table.column_names else [None] * table.num_rows
+        for tag, ts, payload in zip(table.column("tag").to_pylist(), table.column("ts").to_pylist(), payloads):
+            s, out = spec.update(s, Event(tag, ts, payload))
+            outputs.extend(out)
+        return pickle.dumps((s, outputs))
+
+    if idiom == "coalesce":
+        def work(batches):
+            table = pa.Table.from_batches(list(batches))
+            yield pa.RecordBatch.from_pydict({"result": [loop(table)]})
+        try:
+            rows = df.coalesce(1).sortWithinPartitions(*order).mapInArrow(work, "result BINARY").collect()
+        except Exception as exc:
+            raise EngineError(f"sequential run on Spark failed: {_task_error(exc)}") from exc
+    elif idiom == "global_key":
+        def group(table):
+            table = table.sort_by([(c, "ascending") for c in order])
+            return pa.table({"result": [loop(table)]})
+        try:
+            rows = df.withColumn("_key", F.lit(0)).groupBy("_key").applyInArrow(group, "result BINARY").collect()
+        except Exception as exc:
+            raise EngineError(f"sequential run on Spark failed: {_task_error(exc)}") from exc
+    else:
+        raise ConfigError(f"idiom must be 'coalesce' or 'global_key', got {idiom!r}")
+    if not rows:  # an empty batch: Spark runs no group
+        return start, []
+    return pickle.loads(rows[0].result)
+
+
+_ARROW = {"BIGINT": "int64", "INT": "int32", "DOUBLE": "float64", "STRING": "string", "BOOLEAN": "bool_"}
+
+
+def events_frame(spark, events, *, payload_type: str = "BIGINT"):
+    """A DataFrame of ``events``: columns ``tag``, ``ts``, ``payload`` (``payload_type``: BIGINT, INT,
+    DOUBLE, STRING or BOOLEAN) and ``seq``, the arrival order."""
+    import pyarrow as pa
+
+    kind = _ARROW.get(payload_type.upper())
+    if kind is None:
+        raise ConfigError(f"payload_type must be one of {', '.join(_ARROW)}, got {payload_type!r}")
+    events = list(events)
+    table = pa.table({
+        "tag": pa.array([e.tag for e in events], pa.string()),
+        "ts": pa.array([float(e.ts) for e in events], pa.float64()),
+        "payload": pa.array([e.payload for e in events], getattr(pa, kind)()),
+        "seq": pa.array(range(len(events)), pa.int64()),
+    })
+    return spark.createDataFrame(table)

@@ -11,6 +11,7 @@ from .examples import EXAMPLES
 from .check import Samples, SpecReport, check_spec
 from .equivalence import Matcher, assert_equivalent, bag, same_key, sequence
 from .batches import BatchRunner
+from .speculate import BatchResult, run_batch
 
 __all__ = ["Dependence", "Event", "Spec", "define_spec", "ordered", "run_sequential", "value_barrier_spec",
            # plans, the parallel semantics, input streams, examples
@@ -20,4 +21,4 @@ __all__ = ["Dependence", "Event", "Spec", "define_spec", "ordered", "run_sequent
            # the law checker and the equivalence checker
            "Samples", "SpecReport", "check_spec", "Matcher", "assert_equivalent", "bag", "same_key", "sequence",
            # micro-batch by micro-batch, replay-safe
-           "BatchRunner"]
+           "BatchRunner", "BatchResult", "run_batch"]

@@ -2,7 +2,8 @@
 
 A replayed batch (Spark runs a batch again after a failure, with the same id) starts from the
 states before it, so it gives the same states and outputs; snapshots on disk carry them across
-restarts.  ``map_segments`` is where an engine runs the workers' segments in parallel.
+restarts.  Each batch runs in passes (:mod:`.speculate`); ``map_workers`` is where an engine runs
+the workers of a pass in parallel.
 
 >>> from lmstream_kit.flumina.plan import greedy_plan
 >>> from lmstream_kit.flumina.spec import Event, value_barrier_spec
@@ -14,30 +15,25 @@ restarts.  ``map_segments`` is where an engine runs the workers' segments in par
 ([('b', 3, 12)], 1)
 >>> [o for _, o in runner.run(1, [Event("b", 3), Event("a0", 4, 1)])], runner.state()   # replayed
 ([('b', 3, 12)], 1)
+>>> runner.last.passes, runner.last.epochs
+(1, 2)
 """
 
 from __future__ import annotations
 
 import os
 import pickle
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from ..exceptions import ConfigError
 from .plan import Plan
-from .run import fork_states, join_states, run_leaf, segments
+from .run import fork_states, join_states
 from .spec import Event, Spec
+from .speculate import BatchResult, MapWorkers, run_batch
 
-__all__ = ["BatchRunner", "MapSegments", "in_process"]
-
-#: ``map_segments(spec, [(state, events), ...]) -> [(state, [(event, output)]), ...]``, in order
-MapSegments = Callable[[Spec, Sequence[tuple[Any, tuple[Event, ...]]]], list[tuple[Any, list]]]
-
-
-def in_process(spec: Spec, work: Sequence[tuple[Any, tuple[Event, ...]]]) -> list[tuple[Any, list]]:
-    """The workers' segments one after another in this process (the reference :data:`MapSegments`)."""
-    return [run_leaf(spec, state, events) for state, events in work]
+__all__ = ["BatchRunner"]
 
 
 class BatchRunner:
@@ -46,52 +42,42 @@ class BatchRunner:
     Parameters
     ----------
     spec, plan : the specification and its plan.
-    map_segments : MapSegments, optional
-        Runs one round's segments (in parallel on an engine); default :func:`in_process`.
     snapshots : path, optional
         A directory where the states after every batch are kept (``<batch_id>.pkl``, the last two),
         so that a restarted run continues from the batch Spark's checkpoint committed.
     """
 
-    def __init__(self, spec: Spec, plan: Plan, *, map_segments: MapSegments | None = None,
-                 snapshots: str | Path | None = None) -> None:
+    def __init__(self, spec: Spec, plan: Plan, *, snapshots: str | Path | None = None) -> None:
         if plan.spec.tags != spec.tags:
             raise ConfigError(f"plan for {plan.spec.name} does not cover the tags of spec {spec.name}")
         self.spec, self.plan = spec, plan
-        self.map_segments = map_segments or in_process
         self.snapshots = Path(snapshots) if snapshots is not None else None
         self.last_batch: int | None = None  # the last batch run
+        self.last: BatchResult | None = None  # what it took (passes, epochs, events)
         self._states = fork_states(spec, plan, spec.init())  # after the last batch
         self._before: dict[str, Any] = dict(self._states)  # before the last batch (a replay starts here)
 
     # -- running -------------------------------------------------------------------------------
-    def run(self, batch_id: int, events: Iterable[Event]) -> list[tuple[Any, Any]]:
+    def run(self, batch_id: int, events: Iterable[Event] | None = None, *,
+            map_workers: MapWorkers | None = None) -> list[tuple[Any, Any]]:
         """Run one micro-batch; returns its ``(event, output)`` pairs (as :func:`~.run.run_plan` orders them).
 
-        The same ``batch_id`` as the last batch replays it from the states before it; an older one is
-        a ConfigError (Spark replays at most the batch it had not committed).
+        ``events`` for a run in this process, or an engine's ``map_workers`` that reads the batch
+        itself (:func:`lmstream_kit.engine.flumina.spark_workers`).  The same ``batch_id`` as the last
+        batch replays it from the states before it; an older one is a ConfigError (Spark replays at
+        most the batch it had not committed).
         """
         batch_id = int(batch_id)
         if self.last_batch is not None and batch_id < self.last_batch:
             raise ConfigError(f"batch {batch_id} is older than the last batch run ({self.last_batch}): "
                               "only the last batch can be replayed")
         start = self._before if batch_id == self.last_batch else self._states
-        states = dict(start)
-        outputs: list = []
-        for rnd in segments(self.plan, events):
-            work = [(states[seg.worker], seg.events) for seg in rnd.segments]
-            for seg, (state, out) in zip(rnd.segments, self.map_segments(self.spec, work)):
-                states[seg.worker] = state
-                outputs += out
-            for sync in rnd.syncs:
-                joined = join_states(self.spec, self.plan, states, sync.node)
-                joined, out = run_leaf(self.spec, joined, [sync.event])
-                outputs += out
-                states.update(fork_states(self.spec, self.plan, joined, sync.node))
-        self._before, self._states, self.last_batch = dict(start), states, batch_id
+        result = run_batch(self.spec, self.plan, events, states=start, map_workers=map_workers)
+        self._before, self._states, self.last_batch = dict(start), dict(result.states), batch_id
+        self.last = result
         if self.snapshots is not None:
-            self._save(batch_id, states)
-        return outputs
+            self._save(batch_id, self._states)
+        return result.outputs
 
     def state(self) -> Any:
         """The workers' states after the last batch, joined into one."""
