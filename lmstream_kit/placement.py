@@ -24,9 +24,11 @@ from .record import batch_bytes
 from .registry import Registry
 from .units import format_bytes
 
-__all__ = ["CONTROL_PARAMS", "STRATEGIES", "TWIN_STATE_DIR", "Placement", "PlacementStrategy"]
+__all__ = ["CONTROL_PARAMS", "STRATEGIES", "TWIN_STATE_DIR", "WORKLOAD_STATE_DIR", "Placement", "PlacementStrategy"]
 
 TWIN_STATE_DIR = "twin_state"
+#: where a workload with its own batch program keeps its state, in the run directory
+WORKLOAD_STATE_DIR = "workload_state"
 _INFLECTION_EXP = (10, 28)  # the slider's range, log2 bytes: 1 KiB .. 256 MiB (widened to the optimizer's bounds)
 _INFLECTION = Param("inflection_point", float, low=0, low_open=True, log_scale=True, unit="bytes", step=0.25,
                     label="inflection point", doc="Partition size (bytes) from which operators prefer the GPU.")
@@ -45,9 +47,12 @@ class PlacementStrategy:
 
     def __init__(self, placement: Placement) -> None:
         self.placement = placement
+        self.program = None  # the workload's own batch program, when it has one
 
     def start(self, run_dir: Path, committed: int | None) -> None:
-        return None
+        workload = self.placement.workload
+        if workload is not None and workload.batch_program is not None:
+            self.program = workload.batch_program(Path(run_dir) / WORKLOAD_STATE_DIR)
 
     def query_workload(self, workload):
         """The workload Spark runs (the twin runs a pass-through query instead)."""
@@ -71,6 +76,8 @@ class PlacementStrategy:
 
     def run(self, ctx: BatchContext, plan: DevicePlan | None, output_dir) -> tuple[int, dict]:
         """Run the batch; its output rows and record fields."""
+        if self.program is not None:
+            return ctx.engine.run_program(self.program, output_dir)
         return ctx.engine.write(output_dir, self.placement.workload.finish_batch), {}
 
 

@@ -141,6 +141,11 @@ class BatchRecord:
     twin_transitions: int | None = _doc("twin executor: CPU/GPU transitions", keep_none=False)
     twin_late_rows: int | None = _doc("twin executor: rows dropped behind the watermark", keep_none=False)
     twin_backend: str | None = _doc("twin executor: cudf or pandas", keep_none=False)
+    flumina_passes: int | None = _doc("Flumina workload: Spark jobs (passes) the batch took", keep_none=False)
+    flumina_epochs: int | None = _doc("Flumina workload: epochs (synchronising events + 1) in the batch",
+                                      keep_none=False)
+    flumina_events: int | None = _doc("Flumina workload: events the workers processed, over all passes",
+                                      keep_none=False)
     changes: tuple | None = _doc("live changes first in force for this batch (param, old, value, at, ...)")
     extra: Mapping[str, Any] = field(default_factory=dict, metadata={"doc": "fields of plug-in controllers"})
 

@@ -92,3 +92,23 @@ def test_an_engine_gets_whole_passes_each_worker_all_of_its_events():
     runner = BatchRunner(spec, greedy_plan(spec, 2))
     assert [o for _, o in runner.run(0, map_workers=recording)] == [("b", 4, 3)]
     assert passes == [[("w1", 0), ("w2", 0)]] and (runner.last.passes, runner.last.epochs) == (1, 2)
+
+
+def test_restore_continues_from_the_newest_snapshot_and_replays_it(tmp_path):
+    spec = EXAMPLES.get("fraud_detection").spec(2)
+    events = ordered(EXAMPLES.get("fraud_detection").events(400, 2, 8))
+    batches = [events[:100], events[100:200], events[200:300], events[300:]]
+    plan = greedy_plan(spec, 2)
+    straight = BatchRunner(spec, plan, snapshots=tmp_path / "state")
+    outs = [straight.run(i, b) for i, b in enumerate(batches[:3])]
+
+    # the query stopped after batch 2 ran but before Spark committed it: Spark replays batch 2
+    replayed = BatchRunner(spec, plan, snapshots=tmp_path / "state").restore()
+    assert replayed.last_batch == 2 and replayed.run(2, batches[2]) == outs[2]
+    # or it had committed batch 2: the next batch continues after it
+    resumed = BatchRunner(spec, plan, snapshots=tmp_path / "state").restore()
+    assert resumed.run(3, batches[3]) == straight.run(3, batches[3]) and resumed.state() == straight.state()
+    assert straight.state() == run_sequential(spec, events)[0]
+    assert BatchRunner(spec, plan, snapshots=tmp_path / "empty").restore().last_batch is None
+    with pytest.raises(ConfigError, match=r"^batch 0 is older than the last batch run \(3\)"):
+        BatchRunner(spec, plan, snapshots=tmp_path / "state").restore().run(0, [])

@@ -20,11 +20,15 @@ PURE = {
     "lmstream_kit.optimizer.runner", "lmstream_kit.runloop", "lmstream_kit.units", "lmstream_kit.stream_config",
     "lmstream_kit.progress",
     "lmstream_kit.flumina", "lmstream_kit.flumina.spec", "lmstream_kit.flumina.plan", "lmstream_kit.flumina.run",
-    "lmstream_kit.flumina.streams", "lmstream_kit.flumina.examples",
+    "lmstream_kit.flumina.streams", "lmstream_kit.flumina.examples", "lmstream_kit.flumina.speculate",
+    "lmstream_kit.flumina.batches",
 }
 #: modules that may use the engine adapter layer
 ENGINE_USERS = {"lmstream_kit.live", "lmstream_kit.bench.run", "lmstream_kit.cli", "lmstream_kit.attached",
-                "lmstream_kit"}  # the package re-exports SparkEngine lazily
+                "lmstream_kit",  # the package re-exports SparkEngine lazily
+                # the Flumina workload's batch program, run by the engine inside foreachBatch, runs its
+                # passes with engine.flumina (a query builder of its own, imported inside the function)
+                "lmstream_kit.workloads.flumina"}
 #: the applications on top: nothing below imports them
 APPS = ("lmstream_kit.live", "lmstream_kit.attached", "lmstream_kit.bench", "lmstream_kit.cli",
         "lmstream_kit.report", "widgets")

@@ -34,6 +34,12 @@ class EngineBatch:
 
         return write_output(finish(self._df) if finish else self._df, output_dir, self.batch_id)
 
+    def run_program(self, program: Callable, output_dir: Path | None) -> tuple[int, dict]:
+        """Run a workload's ``program(batch_df, batch_id) -> (table, fields)`` on this batch and write
+        the table as its output; the output rows and the program's record fields."""
+        table, fields = program(self._df, self.batch_id)
+        return self.write_table(table, output_dir), dict(fields)
+
     def write_table(self, table, output_dir: Path | None) -> int:
         """Write a result computed outside Spark (a pyarrow Table) as this batch's output; its rows."""
         from .stream import write_table

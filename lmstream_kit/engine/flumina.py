@@ -125,6 +125,8 @@ def spark_workers(batch_df, *, seq: str | None = "seq"):
             rows = framed.mapInArrow(work, "worker STRING, report BINARY").collect()
         except Exception as exc:
             raise EngineError(f"Flumina pass on Spark failed: {_task_error(exc)}") from exc
+        if not rows:  # an empty batch: Spark's optimizer runs no task at all
+            return {t.worker: run_worker(spec, plan, t, []) for t in tasks}
         return {row.worker: pickle.loads(row.report) for row in rows}
 
     return run

@@ -76,7 +76,7 @@ class BatchRunner:
         self._before, self._states, self.last_batch = dict(start), dict(result.states), batch_id
         self.last = result
         if self.snapshots is not None:
-            self._save(batch_id, self._states)
+            self._save(batch_id, self._states, self._before)
         return result.outputs
 
     def state(self) -> Any:
@@ -88,12 +88,12 @@ class BatchRunner:
         return dict(self._states)
 
     # -- snapshots -----------------------------------------------------------------------------
-    def _save(self, batch_id: int, states: dict) -> None:
+    def _save(self, batch_id: int, states: dict, before: dict) -> None:
         self.snapshots.mkdir(parents=True, exist_ok=True)
         final = self.snapshots / f"{batch_id}.pkl"
         tmp = self.snapshots / f".{batch_id}.pkl.tmp"
         with open(tmp, "wb") as f:
-            pickle.dump({"batch_id": batch_id, "plan": self.plan.to_dict(), "states": states}, f)
+            pickle.dump({"batch_id": batch_id, "plan": self.plan.to_dict(), "states": states, "before": before}, f)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, final)
@@ -104,6 +104,28 @@ class BatchRunner:
         if self.snapshots is None or not self.snapshots.is_dir():
             return []
         return sorted(int(p.stem) for p in self.snapshots.glob("*.pkl") if p.stem.isdigit())
+
+    def restore(self) -> BatchRunner:
+        """Continue from the newest snapshot, without asking Spark which batch it committed.
+
+        The snapshot of batch ``N`` holds the states before and after it, so the next batch runs
+        from the states after ``N``, and ``N`` run again (Spark replays the batch it had not
+        committed) from the states before it.  No snapshot: from the start.
+        """
+        ids = self._snapshot_ids()
+        if not ids:
+            return self
+        saved = self._load(ids[-1])
+        self._states, self._before = dict(saved["states"]), dict(saved["before"])
+        self.last_batch = saved["batch_id"]
+        return self
+
+    def _load(self, batch_id: int) -> dict:
+        with open(self.snapshots / f"{batch_id}.pkl", "rb") as f:
+            saved = pickle.load(f)
+        if saved["plan"] != self.plan.to_dict():
+            raise ConfigError(f"the state saved after batch {batch_id} belongs to another plan")
+        return saved
 
     def resume(self, committed: int | None) -> BatchRunner:
         """Continue after batch ``committed`` (Spark's last committed batch; None: from the start).
@@ -116,10 +138,7 @@ class BatchRunner:
         path = self.snapshots / f"{committed}.pkl" if self.snapshots is not None else None
         if path is None or not path.is_file():
             raise ConfigError(f"no Flumina state saved after batch {committed} in {self.snapshots}")
-        with open(path, "rb") as f:
-            saved = pickle.load(f)
-        if saved["plan"] != self.plan.to_dict():
-            raise ConfigError(f"the state saved after batch {committed} belongs to another plan")
+        saved = self._load(committed)
         self._states = dict(saved["states"])
         self._before = dict(self._states)
         self.last_batch = committed

@@ -15,16 +15,18 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import replace
 from typing import NamedTuple
 
 import numpy as np
 
+from ..exceptions import ConfigError
 from ..registry import Registry
 from .spec import Event, Spec, define_spec, value_barrier_spec
 
 __all__ = ["EXAMPLES", "Example", "fraud_detection_events", "fraud_detection_spec", "max_temperature_events",
            "max_temperature_spec", "outlier_detection_events", "outlier_detection_spec", "page_view_events",
-           "page_view_spec", "value_barrier_events", "value_barrier_spec"]
+           "page_view_spec", "value_barrier_events", "value_barrier_spec", "with_work"]
 
 
 def _events(n: int, seed: int, shards: int, prefix: str, sync: str, every: int, payload: Callable) -> list[Event]:
@@ -229,6 +231,35 @@ def outlier_detection_events(n: int, *, streams: int = 2, retrain_every: int = 5
         far = rng.random() < 0.05
         return round(float(rng.normal(0.0, 20.0 if far else 2.0)), 1)
     return _events(n, seed, streams, "x", "retrain", retrain_every, payload)
+
+
+# -- per-event work ----------------------------------------------------------------------------------
+def with_work(spec: Spec, rounds: int) -> Spec:
+    """``spec`` with ``rounds`` iterations of integer arithmetic added to every update of an event that
+    no other tag of its own kind waits for (the parallel part): a stand-in for real per-event work,
+    such as scoring a transaction with a model.  States and outputs are unchanged.
+
+    >>> from lmstream_kit.flumina.spec import run_sequential
+    >>> spec = value_barrier_spec(2)
+    >>> events = value_barrier_events(50, seed=1, barrier_every=10)
+    >>> run_sequential(with_work(spec, 100), events) == run_sequential(spec, events)
+    True
+    """
+    if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 0:
+        raise ConfigError(f"work rounds must be an integer >= 0, got {rounds!r}")
+    if rounds == 0:
+        return spec
+    update, dependence = spec.update, spec.dependence
+    busy = frozenset(t for t in spec.tags if not dependence(t, t))
+
+    def working(state, event):
+        if event.tag in busy:
+            x = 0
+            for i in range(rounds):
+                x = (x * 31 + i) & 0xFFFF
+        return update(state, event)
+
+    return replace(spec, name=f"{spec.name}+work{rounds}", update=working)
 
 
 class Example(NamedTuple):

@@ -69,6 +69,15 @@ class Workload:
     window_from_plan : bool
         The window is read from the query's plan when the stream starts
         (:meth:`with_window`); until then range and slide are 0.
+    batch_program : callable, optional
+        ``batch_program(state_dir) -> program``: the workload computes each
+        micro-batch's result itself, keeping its state under ``state_dir`` (in
+        the run directory).  ``program(batch_df, batch_id) -> (pyarrow.Table,
+        fields)`` runs inside foreachBatch on the query's result (the events, when
+        the query passes them through); the table is the batch's output and
+        ``fields`` go into the batch's record.  A batch Spark runs again has the
+        same id.  Flumina's fork/join executor is one
+        (:func:`lmstream_kit.workloads.flumina.flumina_workload`).
     twin : callable, optional
         ``twin() -> TwinProgram``: the query's twin program, the same query on
         pandas/cudf operator by operator (:mod:`lmstream_kit.twin`; no Spark);
@@ -91,6 +100,7 @@ class Workload:
     twin: Callable[[], TwinProgram] | None = None
     event_time: str | None = None
     window_from_plan: bool = False
+    batch_program: Callable[[Any], Callable[[Any, int], tuple[Any, dict]]] | None = None
 
     def __post_init__(self) -> None:
         if self.slide_s < 0:
