@@ -146,6 +146,8 @@ class BatchRecord:
                                       keep_none=False)
     flumina_events: int | None = _doc("Flumina workload: events the workers processed, over all passes",
                                       keep_none=False)
+    flumina_worker_events: dict | None = _doc("Flumina workload: events each worker processed {worker: n}",
+                                              keep_none=False)
     changes: tuple | None = _doc("live changes first in force for this batch (param, old, value, at, ...)")
     extra: Mapping[str, Any] = field(default_factory=dict, metadata={"doc": "fields of plug-in controllers"})
 

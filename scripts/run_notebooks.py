@@ -40,6 +40,7 @@ FULL_PARAMS: dict[str, dict] = {
                              "traffic": ["random"], "duration_s": 60.0, "speedup": 4.0, "warmup_s": 20.0},
     "05_custom_controller": {"speedup": 2.5, "batches": 8, "batches_after": 8},
     "06_your_own_query": {"speedup": 2.0, "batches": 12, "attach_batches": 10},
+    "07_fork_join": {"duration_s": 60, "rate": 40000, "python_events": 1_000_000},
     "lab_01_latency_bounds": {"speedup": 2.5, "batches": 6},
 }
 

@@ -243,6 +243,29 @@ def check_your_own_query(nb, run_dir: Path, summary: dict) -> None:
     assert "read from its plan" in text_of(nb)
 
 
+def check_fork_join(nb, run_dir: Path, summary: dict) -> None:
+    runs = metrics_of(run_dir)
+    assert {"value_barrier-p1", "value_barrier-p2", "fraud_detection-p1", "fraud_detection-p2"} <= set(runs), list(runs)
+    assert summary["laws_hold"] and summary["plan_workers"] == 2
+    assert [(r["example"], r["passes"]) for r in summary["python"]] == [("value_barrier", 1), ("fraud_detection", 2)]
+    # on Spark, the parallel runs' outputs equal the sequential plan's, line for line
+    assert summary["spark_equal"] == {"value_barrier": True, "fraud_detection": True}
+    for row in summary["scaling"]:
+        data = data_records(runs[f"{row['example']}-p{row['workers']}"])
+        assert row["events"] == sum(r["rows"] for r in data) > 0
+        # on 2 workers a batch with synchronising events took 1 pass (value barrier) or 2 (fraud detection);
+        # the sequential plan has no synchronising event (one worker holds every tag)
+        want = [] if row["workers"] == 1 else [1] if row["example"] == "value_barrier" else [2]
+        assert row["passes"] == want, row
+        assert all(sum(r["flumina_worker_events"].values()) == r["flumina_events"] for r in data)
+    assert not summary["broken_ok"] and "C1 fails: two events of independent tags do not commute" in text_of(nb)
+    # the panel's static snapshot: the plan tree, events per worker, joins over time
+    titles = [str(out["data"].get(PLOTLY_MIME, {}).get("layout", {}).get("title", {}).get("text", ""))
+              for out in plotly_outputs(nb)]
+    assert any(t.startswith("Plan for fraud_detection: 2 workers") for t in titles), titles
+    assert "Events per worker and micro-batch" in titles and "Joins over time" in titles, titles
+
+
 CHECKS = {
     "00_quickstart": check_quickstart,
     "01_dynamic_batching": check_dynamic_batching,
@@ -251,6 +274,7 @@ CHECKS = {
     "04_policy_comparison": check_policy_comparison,
     "05_custom_controller": check_custom_controller,
     "06_your_own_query": check_your_own_query,
+    "07_fork_join": check_fork_join,
     "lab_01_latency_bounds": check_lab,
 }
 

@@ -223,6 +223,7 @@ class BatchResult:
     passes: int
     epochs: int
     events: int
+    worker_events: dict[str, int] = field(default_factory=dict)  # per worker, over all passes
 
 
 def run_pass(spec: Spec, plan: Plan, map_workers: MapWorkers, start: int, vector: Mapping[str, Any],
@@ -257,17 +258,19 @@ def run_batch(spec: Spec, plan: Plan, events: Iterable[Event] | None = None, *,
             raise ConfigError("run_batch needs the events or an engine's map_workers")
         map_workers = in_process_workers(events)
     vector = dict(states) if states is not None else fork_states(spec, plan, spec.init())
-    start, hints, passes, outputs, processed = 0, {}, 0, [], 0
+    start, hints, passes, outputs = 0, {}, 0, []
+    per_worker = {w.name: 0 for w in plan.workers}
     while True:
         reports, syncs = run_pass(spec, plan, map_workers, start, vector, hints)
         passes += 1
-        processed += sum(r.events for r in reports.values())
+        for w, r in reports.items():
+            per_worker[w] += r.events
         res = resolve(spec, plan, start, vector, reports, syncs)
         outputs += res.outputs
         if on_pass is not None:
             on_pass(passes, res.valid)
         if res.done:
-            return BatchResult(res.vector, outputs, passes, len(syncs) + 1, processed)
+            return BatchResult(res.vector, outputs, passes, len(syncs) + 1, sum(per_worker.values()), per_worker)
         start, vector = res.valid, res.vector
         hints = {k: {w: r.ends[k] for w, r in reports.items() if k in r.ends} for k in range(start, len(syncs) + 1)}
 

@@ -19,7 +19,7 @@ from .bench import (
     pick_timeline_queries,
     within_bound_figure,
 )
-from .flumina import PLAN_NODE_COLORS, plan_nodes, plan_tree_figure
+from .flumina import PLAN_NODE_COLORS, flumina_figures, joins_figure, plan_nodes, plan_tree_figure, worker_events_figure
 from .plan import (
     DEVICE_COLORS,
     device_plan_figure,
@@ -34,6 +34,9 @@ __all__ = [
     "DEVICE_COLORS",
     "EMPTY_TEXT",
     "PLAN_NODE_COLORS",
+    "flumina_figures",
+    "joins_figure",
+    "worker_events_figure",
     "batch_size_figure",
     "change_markers",
     "device_plan_figure",

@@ -20,7 +20,8 @@ import plotly.graph_objects as go
 
 from .plan import plan_layout
 
-__all__ = ["PLAN_NODE_COLORS", "plan_nodes", "plan_tree_figure"]
+__all__ = ["PLAN_NODE_COLORS", "flumina_figures", "joins_figure", "plan_nodes", "plan_tree_figure",
+           "worker_events_figure"]
 
 #: marker colour of synchronising (non-leaf) nodes and of workers (leaves)
 PLAN_NODE_COLORS = {"synchronising": "#E45756", "workers": "#4C78A8"}
@@ -86,3 +87,55 @@ def plan_tree_figure(plan: Any) -> go.Figure:
                       xaxis={"visible": False}, yaxis={"visible": False}, plot_bgcolor="white",
                       legend={"orientation": "h"})
     return fig
+
+
+def worker_events_figure(records: Any) -> go.Figure:
+    """Events each worker processed, batch by batch (stacked bars over the batch id), from the records'
+    ``flumina_worker_events``; a pass run again counts again, so a second pass shows as a taller bar.
+
+    >>> fig = worker_events_figure([{"batch_id": 3, "flumina_worker_events": {"w1": 10, "w2": 12}},
+    ...                             {"batch_id": 4, "rows": 0}])
+    >>> [(t.name, t.x, t.y) for t in fig.data]
+    [('w1', (3,), (10,)), ('w2', (3,), (12,))]
+    """
+    data = [r for r in records if r.get("flumina_worker_events")]
+    workers = sorted({w for r in data for w in r["flumina_worker_events"]}, key=lambda w: (len(w), w))
+    fig = go.Figure(layout={"title": {"text": "Events per worker and micro-batch"}, "barmode": "stack",
+                            "xaxis": {"title": {"text": "batch"}}, "yaxis": {"title": {"text": "events"}}})
+    for w in workers:
+        fig.add_trace(go.Bar(x=[r["batch_id"] for r in data], y=[r["flumina_worker_events"].get(w, 0) for r in data],
+                             name=w, hovertemplate=f"{w}: %{{y}} events<extra>batch %{{x}}</extra>"))
+    if not data:
+        fig.add_annotation(text="no Flumina batch yet", showarrow=False, xref="paper", yref="paper", x=0.5, y=0.5)
+    return fig
+
+
+def joins_figure(records: Any) -> go.Figure:
+    """Joins over time: the synchronising events (``flumina_epochs - 1``) of each micro-batch by the
+    batch's completion (``completed_at``, seconds since the first), and the Spark jobs (passes) each took.
+
+    >>> fig = joins_figure([{"batch_id": 1, "completed_at": 100.0, "flumina_epochs": 4, "flumina_passes": 2},
+    ...                     {"batch_id": 2, "completed_at": 103.5, "flumina_epochs": 1, "flumina_passes": 1}])
+    >>> [(t.name, t.x, t.y) for t in fig.data]
+    [('joins (synchronising events)', (0.0, 3.5), (3, 0)), ('passes (Spark jobs)', (0.0, 3.5), (2, 1))]
+    """
+    data = [r for r in records if r.get("flumina_epochs")]
+    t0 = min((float(r.get("completed_at") or 0.0) for r in data), default=0.0)
+    x = [float(r.get("completed_at") or 0.0) - t0 for r in data]
+    fig = go.Figure(layout={"title": {"text": "Joins over time"}, "xaxis": {"title": {"text": "wall s"}},
+                            "yaxis": {"title": {"text": "per micro-batch"}}})
+    fig.add_trace(go.Bar(x=x, y=[int(r["flumina_epochs"]) - 1 for r in data], name="joins (synchronising events)",
+                         customdata=[r["batch_id"] for r in data],
+                         hovertemplate="batch %{customdata}: %{y} joins<extra></extra>"))
+    fig.add_trace(go.Scatter(x=x, y=[int(r.get("flumina_passes") or 0) for r in data], name="passes (Spark jobs)",
+                             mode="lines+markers", line={"shape": "hv"}))
+    if not data:
+        fig.add_annotation(text="no Flumina batch yet", showarrow=False, xref="paper", yref="paper", x=0.5, y=0.5)
+    return fig
+
+
+def flumina_figures(records: Any, plan: Any = None) -> dict[str, go.Figure]:
+    """The Flumina panel's figures: ``plan`` (when given), ``workers`` and ``joins``."""
+    out = {"plan": plan_tree_figure(plan)} if plan is not None else {}
+    out.update(workers=worker_events_figure(records), joins=joins_figure(records))
+    return out

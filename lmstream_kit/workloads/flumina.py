@@ -16,6 +16,7 @@ under every admission policy, with the usual metrics.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -28,7 +29,10 @@ from ..flumina.examples import (EXAMPLES, fraud_detection_events, max_temperatur
                                 value_barrier_events, with_work)
 from .base import Workload
 
-__all__ = ["FLUMINA_EXAMPLES", "flumina_workload"]
+__all__ = ["FLUMINA_EXAMPLES", "PLAN_FILE", "flumina_workload"]
+
+#: the plan a Flumina workload runs, written in its state directory (the dashboard panel draws it)
+PLAN_FILE = "flumina_plan.json"
 
 #: the examples that run as workloads: ``(events(n, parts, every, seed), payload type)``
 FLUMINA_EXAMPLES: dict[str, tuple[Callable, pa.DataType]] = {
@@ -85,6 +89,8 @@ def flumina_workload(example: str = "value_barrier", *, parallelism: int = 2, sh
         from ..flumina.batches import BatchRunner
 
         runner = BatchRunner(spec, plan, snapshots=Path(state_dir)).restore()
+        Path(state_dir).mkdir(parents=True, exist_ok=True)
+        (Path(state_dir) / PLAN_FILE).write_text(json.dumps(plan.to_dict(), indent=1))
 
         def program(batch_df, batch_id: int) -> tuple[pa.Table, dict]:
             from ..engine.flumina import spark_workers
@@ -97,7 +103,7 @@ def flumina_workload(example: str = "value_barrier", *, parallelism: int = 2, sh
             })
             last = runner.last
             return table, {"flumina_passes": last.passes, "flumina_epochs": last.epochs,
-                           "flumina_events": last.events}
+                           "flumina_events": last.events, "flumina_worker_events": dict(last.worker_events)}
 
         return program
 
