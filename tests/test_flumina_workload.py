@@ -28,6 +28,20 @@ def _sequential(run, example, parts):
     return run_sequential(EXAMPLES.get(example).spec(parts), events), len(rows)
 
 
+def _stream(spark, run, workload, *, policy="lmstream", rate=1000, duration_s=8):
+    """Run ``workload`` until its generated traffic has been fed and processed; the stream."""
+    from lmstream_kit.live import LiveStream
+
+    s = LiveStream(workload, policy=policy, traffic="constant", rate=rate, speedup=4, duration_s=duration_s,
+                   trigger_s=1, run_dir=run, spark=spark)
+    s.start()
+    try:
+        s.wait(until=lambda st: st.feed_finished(), timeout=180)
+    finally:
+        s.stop()
+    return s
+
+
 def test_the_workload_generates_the_examples_events():
     w = flumina_workload("fraud_detection", parallelism=2, sync_every=50)
     table = w.make_rows(7, 1000, np.random.default_rng(1))
@@ -44,17 +58,9 @@ def test_the_workload_generates_the_examples_events():
 @pytest.mark.spark
 @pytest.mark.parametrize("policy", ["lmstream", "fixed", "asap"])
 def test_fraud_detection_runs_under_every_policy_and_equals_the_sequential_run(spark, tmp_path, policy):
-    from lmstream_kit.live import LiveStream
-
     run = tmp_path / policy
-    s = LiveStream(flumina_workload("fraud_detection", parallelism=2, sync_every=300, bound_s=4.0),
-                   policy=policy, traffic="constant", rate=1500, speedup=4, duration_s=16, trigger_s=1,
-                   run_dir=run, spark=spark)
-    s.start()
-    try:
-        s.wait(until=lambda st: st.feed_finished(), timeout=180)
-    finally:
-        s.stop()
+    s = _stream(spark, run, flumina_workload("fraud_detection", parallelism=2, sync_every=300, bound_s=4.0),
+                policy=policy, rate=1500, duration_s=16)
     (state, outputs), ingested = _sequential(run, "fraud_detection", 2)
     assert ingested == 16 * 1500 == sum(r["rows"] for r in s.records)
     assert _outputs(run) == [repr(o) for o in outputs] and len(outputs) > 20
@@ -67,18 +73,9 @@ def test_fraud_detection_runs_under_every_policy_and_equals_the_sequential_run(s
 
 @pytest.mark.spark
 def test_a_restarted_stream_continues_from_the_workers_states(spark, tmp_path):
-    from lmstream_kit.live import LiveStream
-
     run = tmp_path / "vb"
-    for part in range(2):
-        s = LiveStream(flumina_workload("value_barrier", parallelism=2, sync_every=400, bound_s=4.0),
-                       policy="lmstream", traffic="constant", rate=1000, speedup=4, duration_s=8,
-                       trigger_s=1, run_dir=run, spark=spark)
-        s.start()
-        try:
-            s.wait(until=lambda st: st.feed_finished(), timeout=180)
-        finally:
-            s.stop()
+    for _ in range(2):  # the second stream resumes the first's run directory
+        _stream(spark, run, flumina_workload("value_barrier", parallelism=2, sync_every=400, bound_s=4.0))
     (state, outputs), ingested = _sequential(run, "value_barrier", 2)
     assert ingested == 16 * 1000
     assert _outputs(run) == [repr(o) for o in outputs]

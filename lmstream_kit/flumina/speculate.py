@@ -165,6 +165,10 @@ def resolve(spec: Spec, plan: Plan, start: int, vector: Mapping[str, Any],
     epoch's workers' outputs in plan order, then the sync's.
     """
     workers = [w.name for w in plan.workers]
+    by_epoch: dict[tuple[str, int], list[tuple[Event, Any]]] = {}
+    for w in workers:
+        for k, e, o in reports[w].outputs:
+            by_epoch.setdefault((w, k), []).append((e, o))
     cur = dict(vector)
     outputs: list[tuple[Event, Any]] = []
     epoch = start
@@ -172,7 +176,7 @@ def resolve(spec: Spec, plan: Plan, start: int, vector: Mapping[str, Any],
         if epoch > start and not all(same_state(reports[w].starts[epoch], cur[w]) for w in workers):
             return Resolution(epoch, False, cur, outputs)
         for w in workers:
-            outputs += [(e, o) for k, e, o in reports[w].outputs if k == epoch]
+            outputs += by_epoch.get((w, epoch), [])
         ends = {w: reports[w].ends[epoch] for w in workers}
         if epoch == len(syncs):
             return Resolution(epoch + 1, True, ends, outputs)
