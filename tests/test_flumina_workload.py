@@ -79,4 +79,5 @@ def test_a_restarted_stream_continues_from_the_workers_states(spark, tmp_path):
     (state, outputs), ingested = _sequential(run, "value_barrier", 2)
     assert ingested == 16 * 1000
     assert _outputs(run) == [repr(o) for o in outputs]
-    assert sorted(p.name for p in (run / "workload_state").iterdir())[-1].endswith(".pkl")
+    kept = sorted(p.name for p in (run / "workload_state").iterdir())
+    assert kept[-1] == "flumina_plan.json" and len(kept) == 3 and all(k.endswith(".pkl") for k in kept[:2])
