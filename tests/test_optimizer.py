@@ -232,6 +232,11 @@ def test_a_monkeypatched_module_fit_is_used_and_a_slow_one_only_delays(monkeypat
         call_with_deadline(opt.observe, sample(0, 128 * 1024.0))
         assert call_with_deadline(opt.next_inflection_point, 1) == 128 * 1024.0
         assert opt.pop_blocked_s() == 0.0
+        # the fit runs on the optimizer's thread: on a loaded machine it may not have started yet
+        # (CI saw the optimizer closed before its thread called the fit)
+        deadline = time.monotonic() + 10.0
+        while not calls and time.monotonic() < deadline:
+            time.sleep(0.01)
         gate.set()
     assert calls and calls[0]["current"] == 128 * 1024.0
     assert calls[0]["bounds"] == (4 * 1024.0, 64 * 1024.0 * 1024)
