@@ -41,18 +41,14 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from lmstream_kit.bench.outputs import machine_info  # noqa: E402
-from lmstream_kit.flumina import EXAMPLES, greedy_plan, run_sequential, sequential_plan  # noqa: E402
-from lmstream_kit.flumina.examples import fraud_detection_events, value_barrier_events, with_work  # noqa: E402
+from lmstream_kit.flumina import EXAMPLES, greedy_plan, join_states, run_sequential, sequential_plan  # noqa: E402
+from lmstream_kit.flumina.examples import with_work  # noqa: E402
+from lmstream_kit.workloads.flumina import FLUMINA_EXAMPLES  # noqa: E402
+
+BENCH_EXAMPLES = ("value_barrier", "fraud_detection")
 from lmstream_kit.flumina.speculate import run_batch  # noqa: E402
 
-GENERATORS = {
-    "value_barrier": lambda n, k, every, seed: value_barrier_events(n, streams=k, barrier_every=every, seed=seed),
-    "fraud_detection": lambda n, k, every, seed: fraud_detection_events(n, shards=k, refresh_every=every, seed=seed),
-}
-PAYLOAD = {"value_barrier": "int64", "fraud_detection": "int64"}
-
-
-def write_events(path: Path, events, payload: str, files: int = 2) -> None:
+def write_events(path: Path, events, payload, files: int = 2) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -60,7 +56,7 @@ def write_events(path: Path, events, payload: str, files: int = 2) -> None:
     table = pa.table({
         "tag": pa.array([e.tag for e in events], pa.string()),
         "ts": pa.array([float(e.ts) for e in events], pa.float64()),
-        "payload": pa.array([e.payload for e in events], getattr(pa, payload)()),
+        "payload": pa.array([e.payload for e in events], payload),
         "seq": pa.array(range(len(events)), pa.int64()),
     })
     step = -(-table.num_rows // files)
@@ -76,7 +72,7 @@ def differences(got_outputs, got_state, want_outputs, want_state) -> int:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--examples", default="value_barrier,fraud_detection")
+    ap.add_argument("--examples", default=",".join(BENCH_EXAMPLES))
     ap.add_argument("--events", type=int, default=1_000_000, help="events per micro-batch")
     ap.add_argument("--barriers", default="1000,10000,100000", help="events per synchronising event")
     ap.add_argument("--parallelism", default="2", help="worker counts for the fork/join plans")
@@ -94,8 +90,8 @@ def main(argv=None) -> int:
 
     examples = [e.strip() for e in args.examples.split(",") if e.strip()]
     for name in examples:
-        if name not in GENERATORS:
-            print(f"error: unknown example {name!r} (use {', '.join(GENERATORS)})", file=sys.stderr)
+        if name not in FLUMINA_EXAMPLES:
+            print(f"error: unknown example {name!r} (use {', '.join(FLUMINA_EXAMPLES)})", file=sys.stderr)
             return 2
     barriers = [int(b) for b in args.barriers.split(",")]
     ps = [int(p) for p in args.parallelism.split(",")]
@@ -108,7 +104,7 @@ def main(argv=None) -> int:
     bar = tqdm(total=len(settings) * (args.repeat + 1) * (len(ps) + 3), desc="flumina bench", unit="run")
     us_per_event = {}
     for name in examples:
-        sample = GENERATORS[name](100_000, shards, 10_000, args.seed + 1)
+        sample = FLUMINA_EXAMPLES[name][0](100_000, shards, 10_000, args.seed + 1)
         for work in works:
             spec = with_work(EXAMPLES.get(name).spec(shards), work)
             t0 = time.perf_counter()
@@ -119,10 +115,11 @@ def main(argv=None) -> int:
         path = tmp / f"{name}-{every}"
         if generated != (name, every):
             bar.set_postfix_str(f"{name} 1/{every}: generating")
-            events = GENERATORS[name](args.events, shards, every, args.seed)
+            generate, payload = FLUMINA_EXAMPLES[name]
+            events = generate(args.events, shards, every, args.seed)
             want_state, want_outputs = run_sequential(EXAMPLES.get(name).spec(shards), events)
             syncs = sum(1 for e in events if not e.tag[-1].isdigit())
-            write_events(path, events, PAYLOAD[name])
+            write_events(path, events, payload)
             del events
             generated = (name, every)
         spec = with_work(EXAMPLES.get(name).spec(shards), work)
@@ -149,7 +146,6 @@ def main(argv=None) -> int:
 
                     result = run_batch(spec, plan, map_workers=timed)
                     wall = time.perf_counter() - t0
-                    from lmstream_kit.flumina import join_states
                     state, outputs = join_states(spec, plan, result.states), [o for _, o in result.outputs]
                     passes, epochs = result.passes, result.epochs
                 else:
