@@ -18,6 +18,12 @@
     a run directory (``metrics.jsonl`` and ``run.json``).  A batch slider redraws
     every figure with the records up to that batch.  Replay needs no pyspark.
 
+A panel of a capability appears below the figures when its data does
+(:data:`widgets.extras.EXTRA_PANELS`): for a Flumina fork/join run, the
+:class:`~widgets.flumina.FluminaPanel` (plan tree, events per worker, joins over
+time), built at once in replay mode and in live mode as soon as the run's plan
+or a record with ``flumina_passes`` is there.
+
 Without ipywidgets (or plotly's ``FigureWidget`` and anywidget) a dashboard
 still builds: ``figures`` and ``controls`` are empty, its text form is the
 status line and the latency of the last batches, and :meth:`Dashboard.snapshot`
@@ -25,7 +31,8 @@ still returns static figures.
 
 Nothing here imports pyspark or :mod:`lmstream_kit.live`.  The parts it composes:
 :mod:`widgets.sources` (records), :mod:`widgets.redraw` (when and how figures are
-redrawn), :mod:`widgets.panel` (controls) and :mod:`widgets.status` (status text).
+redrawn), :mod:`widgets.panel` (controls), :mod:`widgets.status` (status text) and
+:mod:`widgets.extras` (the panels added for a capability's data).
 
 >>> format_bytes(150 * 1024), format_bytes(64 * 1024 * 1024), format_bytes(512)
 ('150.0 KiB', '64.0 MiB', '512 B')
@@ -47,6 +54,7 @@ from lmstream_kit.exceptions import ConfigError
 from lmstream_kit.protocol import LiveView
 from lmstream_kit.units import format_bytes
 
+from .extras import EXTRA_PANELS, ExtraPanel
 from .figures import (
     batch_size_figure,
     device_plan_figure,
@@ -57,7 +65,7 @@ from .figures import (
     time_split_figure,
 )
 from .panel import ControlPanel
-from .redraw import Redraw
+from .redraw import Redraw, _copy_into
 from .sources import RecordBuffer, attach_live, detach_live, load_run
 from .status import _one_line, status_text
 
@@ -153,7 +161,15 @@ class Dashboard:
     widget : ipywidgets.VBox
         The whole dashboard (what a notebook cell displays).
     last_error : str or None
-        Why the last background redraw failed (also in the status), else None.
+        Why the last background redraw failed, or a panel of :attr:`panels` could
+        not be built (also in the status), else None.
+    panels : dict of str to panel
+        The panels added below the figures because the run has their data
+        (:data:`widgets.extras.EXTRA_PANELS`), e.g. ``{"flumina": FluminaPanel}``
+        for a Flumina fork/join run: built at construction in replay mode, and in
+        live mode at construction or at the first redraw (or :meth:`snapshot`)
+        that finds the data; a live panel follows the stream by itself, a replay
+        panel follows the batch slider.  :meth:`close` closes them.
 
     All widget attributes are empty (``None`` for ``status`` and ``widget``)
     where ipywidgets is not installed.
@@ -196,6 +212,9 @@ class Dashboard:
         self.run_info: dict = {}
         self._callback: Callable[[dict], None] | None = None
         self._attached: Any = None  # the AttachedStream made here for a StreamingQuery, detached on close
+        self.panels: dict[str, Any] = {}  # extra panels by name (replaced, not mutated: any thread reads it)
+        self._extras: dict[str, ExtraPanel] = {}  # the entry of each panel built, or that failed to build
+        self._panel_error: str | None = None  # why a panel failed to build (kept in the status)
 
         if isinstance(source, (str, os.PathLike)):
             self.mode = "replay"
@@ -227,6 +246,7 @@ class Dashboard:
             self._build()
         if self.mode == "live":
             self._callback = attach_live(self.stream, self._buffer)
+        self._add_panels(self.records)  # replay: only here; live: again at every redraw until they are there
         if self._has_widgets:
             try:
                 self._draw()
@@ -303,10 +323,44 @@ class Dashboard:
             if self.figures:
                 built = _batch_figures(records)
                 self._redraw.show(self.figures, built, latest_plan(records), device_plan_figure)
-            self.last_error = None
+            self.last_error = self._panel_error
+            if self.mode == "live":
+                self._add_panels(records)
+            else:
+                self._draw_panels(records)
             self._panel.sync()
             self._update_status(records)
             self._redraw.done(started)
+
+    def _add_panels(self, records: list[dict]) -> None:
+        """Build the extra panels whose data is there, below the figures (redraw thread or kernel's).
+
+        A panel that fails to build says why in :attr:`last_error` and is not tried again.
+        """
+        with self._draw_lock:
+            for extra in EXTRA_PANELS:
+                if extra.name in self._extras or self._buffer.closed:
+                    continue
+                try:
+                    if not extra.wanted(self.run_dir, records):
+                        continue
+                    self._extras[extra.name] = extra
+                    panel = extra.build(self.stream if self.mode == "live" else self.run_dir)
+                except Exception as exc:  # noqa: BLE001  (a panel must never break the dashboard)
+                    self._panel_error = self.last_error = f"{extra.name} panel: {_one_line(exc)}"
+                    continue
+                self.panels = {**self.panels, extra.name: panel}
+                if self.widget is not None and getattr(panel, "widget", None) is not None:
+                    with self._ui_lock:
+                        self.widget.children = (*self.widget.children, panel.widget)
+
+    def _draw_panels(self, records: list[dict]) -> None:
+        """Replay: draw the extra panels with the records up to the slider's batch."""
+        for name, panel in self.panels.items():
+            widgets = getattr(panel, "figures", None) or {}
+            for key, fig in self._extras[name].figures(self.run_dir, records).items():
+                if key in widgets:
+                    _copy_into(widgets[key], fig)
 
     def _redraw_failed(self, exc: Exception) -> None:
         """A background redraw raised: say why in the status (later batches are still drawn)."""
@@ -352,16 +406,30 @@ class Dashboard:
 
     # ------------------------------------------------------------------ public
     def snapshot(self) -> dict[str, go.Figure]:
-        """Static copies of the figures, keyed by :data:`FIGURE_KEYS`.
+        """Static copies of the figures, keyed by :data:`FIGURE_KEYS`, then those of :attr:`panels`.
 
         A saved notebook keeps only a FigureWidget's initial data; end a
         notebook with these.  Without ipywidgets they are built from the records.
+        A panel's figures follow, keyed ``<panel>_<figure>`` (``flumina_plan``,
+        ``flumina_workers``, ``flumina_joins``): the panel's own snapshot in live
+        mode, the records up to the slider's batch in replay mode.
         """
-        if self.figures:
-            with self._draw_lock:
-                return {key: go.Figure(fig) for key, fig in self.figures.items()}
-        records = self._shown_records()
-        return {**_batch_figures(records), "device_plan": device_plan_figure(latest_plan(records))}
+        with self._draw_lock:
+            if self.figures:
+                out = {key: go.Figure(fig) for key, fig in self.figures.items()}
+                records = self._shown_records()
+            else:
+                records = self._shown_records()
+                out = {**_batch_figures(records), "device_plan": device_plan_figure(latest_plan(records))}
+            if self.mode == "live":
+                self._add_panels(records)  # without widgets no redraw looks for them
+            for name, panel in self.panels.items():
+                if self.mode == "live":
+                    figs = panel.snapshot()
+                else:
+                    figs = self._extras[name].figures(self.run_dir, records)
+                out.update({f"{name}_{key}": fig for key, fig in figs.items()})
+        return out
 
     def close(self) -> None:
         """Detach from the stream and stop the background threads (idempotent).
@@ -375,6 +443,12 @@ class Dashboard:
         self._panel.stop()
         if self._redraw_thread is not None and self._redraw_thread is not threading.current_thread():
             self._redraw_thread.join(timeout=5.0)
+        with self._draw_lock:  # after any redraw that is building a panel
+            for panel in self.panels.values():
+                try:
+                    panel.close()
+                except Exception:  # noqa: BLE001, S110
+                    pass
         if self._attached is not None:
             self._attached.detach()  # the query keeps running
         if self.mode == "live":
