@@ -9,6 +9,8 @@ event per 10^3, 10^4 and 10^5 events) it writes one micro-batch of ``--events`` 
 rotation, as
 
 * ``flumina-p<N>``: the greedy plan for N workers, one Spark job per pass (``spark_workers``);
+* ``flumina-p<N>-cached`` (with ``--cache``): the same, the routed events kept in Spark's memory
+  after the first pass, so that later passes do not read and shuffle the batch again;
 * ``sequential-plan``: the sequential plan through the same executor (one worker);
 * ``coalesce(1)`` and ``global-key``: what a Spark user writes otherwise (``spark_sequential``).
 
@@ -48,17 +50,13 @@ from lmstream_kit.workloads.flumina import FLUMINA_EXAMPLES  # noqa: E402
 BENCH_EXAMPLES = ("value_barrier", "fraud_detection")
 from lmstream_kit.flumina.speculate import run_batch  # noqa: E402
 
-def write_events(path: Path, events, payload, files: int = 2) -> None:
-    import pyarrow as pa
+def write_events(path: Path, events, payload, codec=None, files: int = 2) -> None:
     import pyarrow.parquet as pq
 
+    from lmstream_kit.flumina.tables import events_table
+
     path.mkdir(parents=True, exist_ok=True)
-    table = pa.table({
-        "tag": pa.array([e.tag for e in events], pa.string()),
-        "ts": pa.array([float(e.ts) for e in events], pa.float64()),
-        "payload": pa.array([e.payload for e in events], payload),
-        "seq": pa.array(range(len(events)), pa.int64()),
-    })
+    table = events_table(events, payload, codec=codec)
     step = -(-table.num_rows // files)
     for i in range(files):
         pq.write_table(table.slice(i * step, step), path / f"part-{i}.parquet")
@@ -78,6 +76,8 @@ def main(argv=None) -> int:
     ap.add_argument("--parallelism", default="2", help="worker counts for the fork/join plans")
     ap.add_argument("--work", default="0,100", help="rounds of extra work per parallel update (0: none)")
     ap.add_argument("--shards", type=int, default=0, help="input shards per example (default: max parallelism)")
+    ap.add_argument("--cache", action="store_true",
+                    help="also run each fork/join plan with the routed events cached between passes")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--master", default="local[2]")
     ap.add_argument("--out", default="benchmarks/results")
@@ -101,7 +101,8 @@ def main(argv=None) -> int:
     runs: list[dict] = []
     tmp = Path(tempfile.mkdtemp(prefix="flumina-bench-"))
     settings = [(name, every, work) for name in examples for every in barriers for work in works]
-    bar = tqdm(total=len(settings) * (args.repeat + 1) * (len(ps) + 3), desc="flumina bench", unit="run")
+    bar = tqdm(total=len(settings) * (args.repeat + 1) * (len(ps) * (2 if args.cache else 1) + 3),
+               desc="flumina bench", unit="run")
     us_per_event = {}
     for name in examples:
         sample = FLUMINA_EXAMPLES[name][0](100_000, shards, 10_000, args.seed + 1)
@@ -115,15 +116,17 @@ def main(argv=None) -> int:
         path = tmp / f"{name}-{every}"
         if generated != (name, every):
             bar.set_postfix_str(f"{name} 1/{every}: generating")
-            generate, payload = FLUMINA_EXAMPLES[name]
+            generate, payload, codec = FLUMINA_EXAMPLES[name]
             events = generate(args.events, shards, every, args.seed)
             want_state, want_outputs = run_sequential(EXAMPLES.get(name).spec(shards), events)
             syncs = sum(1 for e in events if not e.tag[-1].isdigit())
-            write_events(path, events, payload)
+            write_events(path, events, payload, codec)
             del events
             generated = (name, every)
         spec = with_work(EXAMPLES.get(name).spec(shards), work)
         plans = {f"flumina-p{p}": greedy_plan(spec, p) for p in ps}
+        if args.cache:
+            plans.update({f"flumina-p{p}-cached": plans[f"flumina-p{p}"] for p in ps})
         plans["sequential-plan"] = sequential_plan(spec)
         runners = [*plans, "coalesce(1)", "global-key"]
         for rep in range(-1, args.repeat):  # -1: the warm-up
@@ -135,7 +138,7 @@ def main(argv=None) -> int:
                 passes = epochs = None
                 if runner in plans:
                     plan = plans[runner]
-                    on_spark = spark_workers(df)
+                    on_spark = spark_workers(df, codec=codec, cache=runner.endswith("-cached"))
 
                     def timed(s, p, tasks, on_spark=on_spark):
                         t = time.perf_counter()
@@ -145,12 +148,13 @@ def main(argv=None) -> int:
                             job_s[0] += time.perf_counter() - t
 
                     result = run_batch(spec, plan, map_workers=timed)
+                    on_spark.release()
                     wall = time.perf_counter() - t0
                     state, outputs = join_states(spec, plan, result.states), [o for _, o in result.outputs]
                     passes, epochs = result.passes, result.epochs
                 else:
                     idiom = "coalesce" if runner == "coalesce(1)" else "global_key"
-                    state, outputs = spark_sequential(df, spec, idiom=idiom)
+                    state, outputs = spark_sequential(df, spec, idiom=idiom, codec=codec)
                     wall = time.perf_counter() - t0
                     job_s[0] = wall
                 bar.update()

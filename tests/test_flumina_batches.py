@@ -3,6 +3,8 @@ run, a replayed batch gives the same outputs, and snapshots carry the states acr
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -10,7 +12,7 @@ from hypothesis import strategies as st
 from flumina_strategies import assert_same_up_to_dependence, plans
 from lmstream_kit.exceptions import ConfigError
 from lmstream_kit.flumina import EXAMPLES, Event, greedy_plan, ordered, run_sequential, sequential_plan
-from lmstream_kit.flumina.batches import BatchRunner
+from lmstream_kit.flumina.batches import PLAN_FILE, BatchRunner
 from lmstream_kit.flumina.speculate import in_process_workers
 from lmstream_kit.flumina.spec import value_barrier_spec
 
@@ -75,8 +77,49 @@ def test_snapshots_carry_the_states_across_a_restart(tmp_path):
     assert straight.state() == run_sequential(spec, events)[0]
     with pytest.raises(ConfigError, match=r"^no Flumina state saved after batch 0 in "):
         BatchRunner(spec, plan, snapshots=tmp_path / "state").resume(committed=0)
-    with pytest.raises(ConfigError, match=r"^the state saved after batch 1 belongs to another plan$"):
-        BatchRunner(spec, sequential_plan(spec), snapshots=tmp_path / "state").resume(committed=1)
+    # a restart on another plan joins the saved states under the old plan and forks them under the new
+    for other in (sequential_plan(spec), greedy_plan(spec, 3)):
+        again = BatchRunner(spec, other, snapshots=tmp_path / "state").resume(committed=1)
+        assert sorted(again.worker_states) == [w.name for w in other.workers]
+        assert again.run(2, batches[2]) == outs[2] and again.state() == straight.state()
+    # a snapshot whose plan does not fit the spec (3 shards' tags, a 2-shard spec) names the batch
+    wider = EXAMPLES.get("fraud_detection").spec(3)
+    BatchRunner(wider, greedy_plan(wider, 3), snapshots=tmp_path / "wide").run(0, [])
+    (tmp_path / "wide" / "0.pkl").rename(tmp_path / "state" / "5.pkl")
+    with pytest.raises(ConfigError, match=r"^the state saved after batch 5 belongs to a plan that does not fit "
+                                          r"spec fraud_detection: "):
+        BatchRunner(spec, plan, snapshots=tmp_path / "state").restore()
+
+
+@pytest.mark.parametrize("example", EXAMPLES.names())
+@settings(max_examples=30, deadline=None)
+@given(data=st.data(), cuts=st.lists(st.integers(0, 10_000), min_size=1, max_size=5), seed=st.integers(0, 50))
+def test_replanning_between_batches_equals_the_sequential_run(example, data, cuts, seed):
+    """Scale up and down between micro-batches (fork and join of the workers' states): same result."""
+    ex = EXAMPLES.get(example)
+    spec = ex.spec(3)
+    events = ex.events(120, 3, seed)
+    runner = BatchRunner(spec, data.draw(plans(spec)))
+    got = []
+    for batch_id, batch in enumerate(in_batches(events, cuts)):
+        runner.replan(data.draw(plans(spec)))
+        got += runner.run(batch_id, batch)
+    assert runner.state() == run_sequential(spec, events)[0]
+    assert [o for _, o in got if o is not None] and sorted(map(repr, got)) == sorted(
+        map(repr, _sequential_pairs(spec, events)[1]))
+
+
+def test_replan_writes_the_plan_and_a_replay_runs_on_the_new_plan(tmp_path):
+    spec = value_barrier_spec(2)
+    runner = BatchRunner(spec, greedy_plan(spec, 2), snapshots=tmp_path).restore()
+    assert json.loads((tmp_path / PLAN_FILE).read_text())["children"][0]["tags"] == ["a0"]
+    batch = [Event("a0", 1, 5), Event("b", 2), Event("a1", 3, 7)]
+    first = runner.run(0, batch)
+    runner.replan(sequential_plan(spec))
+    assert json.loads((tmp_path / PLAN_FILE).read_text())["children"] == []
+    assert runner.run(0, batch) == first and runner.worker_states == {"w0": 7}  # replayed on one worker
+    with pytest.raises(ConfigError, match=r"^plan for value_barrier does not cover the tags of spec value_barrier"):
+        runner.replan(greedy_plan(value_barrier_spec(3), 2))
 
 
 def test_an_engine_gets_whole_passes_each_worker_all_of_its_events():

@@ -9,20 +9,22 @@ from lmstream_kit.flumina import EXAMPLES, BatchRunner, greedy_plan, ordered, ru
 
 pytestmark = pytest.mark.spark
 
-PAYLOAD = {"value_barrier": "BIGINT", "fraud_detection": "BIGINT", "max_temperature": "DOUBLE"}
 
-
-@pytest.mark.parametrize("example, passes", [("value_barrier", 1), ("fraud_detection", 2), ("max_temperature", 1)])
+@pytest.mark.parametrize("example, passes", [("value_barrier", 1), ("fraud_detection", 2), ("max_temperature", 1),
+                                             ("page_view", 1), ("outlier_detection", 3)])
 def test_each_pass_is_one_spark_job_and_equals_the_sequential_run(spark, example, passes):
     from lmstream_kit.engine.flumina import events_frame, spark_workers
+    from lmstream_kit.workloads.flumina import FLUMINA_EXAMPLES
 
-    ex = EXAMPLES.get(example)
+    ex, (_, payload_type, codec) = EXAMPLES.get(example), FLUMINA_EXAMPLES[example]
     spec, events = ex.spec(2), ordered(ex.events(600, 2, 3))
     plan = greedy_plan(spec, 2)
     runner, reference = BatchRunner(spec, plan), BatchRunner(spec, plan)
     jobs = []
     for batch_id, batch in enumerate((events[:250], events[250:])):
-        on_spark = spark_workers(events_frame(spark, batch, payload_type=PAYLOAD[example]))
+        # the second batch keeps the routed events in Spark's memory between its passes
+        on_spark = spark_workers(events_frame(spark, batch, payload_type=payload_type, codec=codec), codec=codec,
+                                 cache=batch_id == 1)
 
         def counting(spec_, plan_, tasks):
             jobs.append(len(tasks))
@@ -30,6 +32,7 @@ def test_each_pass_is_one_spark_job_and_equals_the_sequential_run(spark, example
 
         assert runner.run(batch_id, map_workers=counting) == reference.run(batch_id, batch)
         assert runner.last.passes == passes and runner.last.epochs == reference.last.epochs
+        on_spark.release()
     assert jobs == [2] * (2 * passes)  # every pass: one job, a task for each of the two workers
     state, outputs = run_sequential(spec, events)
     assert runner.state() == state

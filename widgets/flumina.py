@@ -16,6 +16,7 @@ from typing import Any
 import plotly.graph_objects as go
 
 from lmstream_kit.exceptions import ConfigError
+from lmstream_kit.flumina.batches import PLAN_FILE
 from lmstream_kit.placement import WORKLOAD_STATE_DIR
 from lmstream_kit.plots.flumina import flumina_figures
 
@@ -23,8 +24,6 @@ from .redraw import _copy_into
 from .sources import RecordBuffer, detach_live, load_run
 
 __all__ = ["FluminaPanel"]
-
-PLAN_FILE = "flumina_plan.json"  # lmstream_kit.workloads.flumina.PLAN_FILE (no import of the workloads here)
 
 
 def read_plan(run_dir: Path) -> dict | None:

@@ -81,11 +81,15 @@ def worker_frame(batch_df, plan, *, seq: str | None = "seq"):
     return framed.repartition(len(names), "_k").sortWithinPartitions(*_order_columns(framed, seq))
 
 
-def spark_workers(batch_df, *, seq: str | None = "seq"):
+def spark_workers(batch_df, *, seq: str | None = "seq", codec=None, cache: bool = False):
     """A MapWorkers that runs each pass over ``batch_df`` as one Spark job, a task per worker.
 
     The plan's workers must all run at once only in the sense that each is one task; a machine with
-    fewer cores runs them one after another (correct, just not parallel).
+    fewer cores runs them one after another (correct, just not parallel).  ``codec``
+    (:class:`~lmstream_kit.flumina.tables.Codec`) decodes the payload column.  ``cache``: keep the
+    routed, sorted events in Spark's memory after the first pass, so that later passes of the batch
+    read them instead of reading and shuffling the batch again (worth it for a spec that needs more
+    than one pass; the returned function's ``release()`` unpersists them).
     """
     from ..flumina.spec import Event
     from ..flumina.speculate import run_worker
@@ -97,8 +101,10 @@ def spark_workers(batch_df, *, seq: str | None = "seq"):
 
         key = plan.to_dict().__repr__()
         if key not in frames:
-            frames.clear()
+            release()
             frames[key] = worker_frame(batch_df, plan, seq=seq)
+            if cache:
+                frames[key].persist()
         framed = frames[key]
         names = [w.name for w in plan.workers]
         by_worker = {t.worker: t for t in tasks}
@@ -114,8 +120,10 @@ def spark_workers(batch_df, *, seq: str | None = "seq"):
                     workers = b.column("_w").to_pylist()
                     if any(w != i for w in workers):
                         raise RuntimeError(f"partition {i} holds events of worker {[w for w in workers if w != i][0]}")
-                    for tag, ts, payload in zip(b.column("tag").to_pylist(), b.column("_ts").to_pylist(),
-                                                b.column("payload").to_pylist()):
+                    payloads = b.column("payload").to_pylist()
+                    if decode is not None:
+                        payloads = [decode(p) for p in payloads]
+                    for tag, ts, payload in zip(b.column("tag").to_pylist(), b.column("_ts").to_pylist(), payloads):
                         yield Event(tag, ts, payload)
 
             report = run_worker(spec, plan, task, events())
@@ -129,6 +137,14 @@ def spark_workers(batch_df, *, seq: str | None = "seq"):
             return {t.worker: run_worker(spec, plan, t, []) for t in tasks}
         return {row.worker: pickle.loads(row.report) for row in rows}
 
+    def release() -> None:
+        for frame in frames.values():
+            if cache:
+                frame.unpersist()
+        frames.clear()
+
+    decode = codec.decode if codec is not None else None
+    run.release = release
     return run
 
 
@@ -142,11 +158,13 @@ def _task_error(exc: BaseException) -> str:
     return one_line(exc)
 
 
-def spark_sequential(batch_df, spec, *, state: Any = None, idiom: str = "coalesce", seq: str | None = "seq"):
+def spark_sequential(batch_df, spec, *, state: Any = None, idiom: str = "coalesce", seq: str | None = "seq",
+                     codec=None):
     """The batch as a Spark user runs it without Flumina: every event in one place, in order.
 
     ``idiom``: ``"coalesce"`` (``coalesce(1)``, sorted in the partition) or ``"global_key"``
-    (a constant key, ``groupBy(key).applyInArrow``, sorted in the group).  Returns ``(state, outputs)`` like
+    (a constant key, ``groupBy(key).applyInArrow``, sorted in the group); ``codec`` decodes the
+    payload column.  Returns ``(state, outputs)`` like
     :func:`~lmstream_kit.flumina.spec.run_sequential`.
     """
     import pyarrow as pa
@@ -163,6 +181,8 @@ def spark_sequential(batch_df, spec, *, state: Any = None, idiom: str = "coalesc
     def loop(table) -> bytes:
         s, outputs = start, []
         payloads = table.column("payload").to_pylist() if "payload" in table.column_names else [None] * table.num_rows
+        if codec is not None:
+            payloads = [codec.decode(p) for p in payloads]
         for tag, ts, payload in zip(table.column("tag").to_pylist(), table.column("ts").to_pylist(), payloads):
             s, out = spec.update(s, Event(tag, ts, payload))
             outputs.extend(out)
@@ -194,19 +214,19 @@ def spark_sequential(batch_df, spec, *, state: Any = None, idiom: str = "coalesc
 _ARROW = {"BIGINT": "int64", "INT": "int32", "DOUBLE": "float64", "STRING": "string", "BOOLEAN": "bool_"}
 
 
-def events_frame(spark, events, *, payload_type: str = "BIGINT"):
-    """A DataFrame of ``events``: columns ``tag``, ``ts``, ``payload`` (``payload_type``: BIGINT, INT,
-    DOUBLE, STRING or BOOLEAN) and ``seq``, the arrival order."""
+def events_frame(spark, events, *, payload_type: Any = "BIGINT", codec=None):
+    """A DataFrame of ``events``: columns ``tag``, ``ts``, ``payload`` and ``seq`` (the arrival order).
+
+    ``payload_type``: BIGINT, INT, DOUBLE, STRING, BOOLEAN or a pyarrow type (with ``codec`` for a
+    payload Arrow cannot type as it is); see :func:`lmstream_kit.flumina.tables.events_table`.
+    """
     import pyarrow as pa
 
-    kind = _ARROW.get(payload_type.upper())
-    if kind is None:
-        raise ConfigError(f"payload_type must be one of {', '.join(_ARROW)}, got {payload_type!r}")
-    events = list(events)
-    table = pa.table({
-        "tag": pa.array([e.tag for e in events], pa.string()),
-        "ts": pa.array([float(e.ts) for e in events], pa.float64()),
-        "payload": pa.array([e.payload for e in events], getattr(pa, kind)()),
-        "seq": pa.array(range(len(events)), pa.int64()),
-    })
-    return spark.createDataFrame(table)
+    from ..flumina.tables import events_table
+
+    if isinstance(payload_type, str):
+        kind = _ARROW.get(payload_type.upper())
+        if kind is None:
+            raise ConfigError(f"payload_type must be one of {', '.join(_ARROW)} or a pyarrow type, got {payload_type!r}")
+        payload_type = getattr(pa, kind)()
+    return spark.createDataFrame(events_table(events, payload_type, codec=codec))

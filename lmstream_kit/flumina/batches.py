@@ -28,12 +28,15 @@ from pathlib import Path
 from typing import Any
 
 from ..exceptions import ConfigError
-from .plan import Plan
+from .plan import Plan, user_plan
 from .run import fork_states, join_states
 from .spec import Event, Spec
 from .speculate import BatchResult, MapWorkers, run_batch
 
-__all__ = ["BatchRunner"]
+__all__ = ["PLAN_FILE", "BatchRunner"]
+
+#: the plan the snapshots belong to, written beside them (the dashboard's Flumina panel draws it)
+PLAN_FILE = "flumina_plan.json"
 
 
 class BatchRunner:
@@ -87,6 +90,35 @@ class BatchRunner:
     def worker_states(self) -> dict[str, Any]:
         return dict(self._states)
 
+    def replan(self, plan: Plan) -> BatchRunner:
+        """Run the next batches on ``plan``: the states are joined under the old plan and forked under the new.
+
+        More workers is a fork (scale up), fewer a join (scale down); the result equals the
+        sequential run either way, because ``join(fork(s)) == s``.  Call it between batches: a replay
+        of the last batch after it runs that batch again on the new plan, from the states before it.
+        """
+        if plan.spec.tags != self.spec.tags:
+            raise ConfigError(f"plan for {plan.spec.name} does not cover the tags of spec {self.spec.name}")
+        if plan.to_dict() == self.plan.to_dict():
+            return self
+        old = self.plan
+        self._states = fork_states(self.spec, plan, join_states(self.spec, old, self._states))
+        self._before = fork_states(self.spec, plan, join_states(self.spec, old, self._before))
+        self.plan = plan
+        self.write_plan()
+        return self
+
+    def write_plan(self) -> None:
+        """Write the plan beside the snapshots (:data:`PLAN_FILE`; nothing without a snapshot directory)."""
+        if self.snapshots is None:
+            return
+        import json
+
+        self.snapshots.mkdir(parents=True, exist_ok=True)
+        tmp = self.snapshots / f".{PLAN_FILE}.tmp"
+        tmp.write_text(json.dumps(self.plan.to_dict(), indent=1, default=repr))
+        os.replace(tmp, self.snapshots / PLAN_FILE)
+
     # -- snapshots -----------------------------------------------------------------------------
     def _save(self, batch_id: int, states: dict, before: dict) -> None:
         self.snapshots.mkdir(parents=True, exist_ok=True)
@@ -110,21 +142,33 @@ class BatchRunner:
 
         The snapshot of batch ``N`` holds the states before and after it, so the next batch runs
         from the states after ``N``, and ``N`` run again (Spark replays the batch it had not
-        committed) from the states before it.  No snapshot: from the start.
+        committed) from the states before it.  No snapshot: from the start.  A snapshot saved under
+        another plan is joined under that plan and forked under this one.  Writes the plan beside the
+        snapshots (:data:`PLAN_FILE`).
         """
         ids = self._snapshot_ids()
-        if not ids:
-            return self
-        saved = self._load(ids[-1])
-        self._states, self._before = dict(saved["states"]), dict(saved["before"])
-        self.last_batch = saved["batch_id"]
+        if ids:
+            saved = self._load(ids[-1])
+            self._states, self._before = dict(saved["states"]), dict(saved["before"])
+            self.last_batch = saved["batch_id"]
+        self.write_plan()
         return self
 
     def _load(self, batch_id: int) -> dict:
+        """The snapshot of ``batch_id``, its states re-forked onto this runner's plan if saved under another.
+
+        So a restart with another parallelism (or a plan of the user's) continues from the same state.
+        """
         with open(self.snapshots / f"{batch_id}.pkl", "rb") as f:
             saved = pickle.load(f)
         if saved["plan"] != self.plan.to_dict():
-            raise ConfigError(f"the state saved after batch {batch_id} belongs to another plan")
+            try:
+                old = user_plan(self.spec, saved["plan"])
+            except ConfigError as exc:
+                raise ConfigError(f"the state saved after batch {batch_id} belongs to a plan that does not fit "
+                                  f"spec {self.spec.name}: {exc}") from None
+            for key in ("states", "before"):
+                saved[key] = fork_states(self.spec, self.plan, join_states(self.spec, old, saved[key]))
         return saved
 
     def resume(self, committed: int | None) -> BatchRunner:

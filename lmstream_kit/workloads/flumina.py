@@ -16,34 +16,43 @@ under every admission policy, with the usual metrics.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import pyarrow as pa
 
 from ..exceptions import ConfigError
 from ..flumina.examples import (EXAMPLES, fraud_detection_events, max_temperature_events, outlier_detection_events,
-                                value_barrier_events, with_work)
+                                page_view_events, value_barrier_events, with_work)
+from ..flumina.tables import PAGE_VIEW, Codec, events_table
 from .base import Workload
 
-__all__ = ["FLUMINA_EXAMPLES", "PLAN_FILE", "flumina_workload"]
+__all__ = ["FLUMINA_EXAMPLES", "FluminaExample", "flumina_workload"]
 
-#: the plan a Flumina workload runs, written in its state directory (the dashboard panel draws it)
-PLAN_FILE = "flumina_plan.json"
+class FluminaExample(NamedTuple):
+    """An example as a workload: ``events(n, parts, every, seed)``, its payload's Arrow type and codec."""
 
-#: the examples that run as workloads: ``(events(n, parts, every, seed), payload type)``
-FLUMINA_EXAMPLES: dict[str, tuple[Callable, pa.DataType]] = {
-    "value_barrier": (lambda n, k, every, seed: value_barrier_events(n, streams=k, barrier_every=every, seed=seed),
-                      pa.int64()),
-    "max_temperature": (lambda n, k, every, seed: max_temperature_events(n, sensors=k, day_every=every, seed=seed),
-                        pa.float64()),
-    "fraud_detection": (lambda n, k, every, seed: fraud_detection_events(n, shards=k, refresh_every=every, seed=seed),
-                        pa.int64()),
-    "outlier_detection": (lambda n, k, every, seed: outlier_detection_events(n, streams=k, retrain_every=every,
-                                                                              seed=seed), pa.float64()),
+    events: Callable[[int, int, int, int], list]
+    payload_type: pa.DataType
+    codec: Codec | None = None
+
+
+#: the examples that run as workloads
+FLUMINA_EXAMPLES: dict[str, FluminaExample] = {
+    "value_barrier": FluminaExample(
+        lambda n, k, every, seed: value_barrier_events(n, streams=k, barrier_every=every, seed=seed), pa.int64()),
+    "max_temperature": FluminaExample(
+        lambda n, k, every, seed: max_temperature_events(n, sensors=k, day_every=every, seed=seed), pa.float64()),
+    "fraud_detection": FluminaExample(
+        lambda n, k, every, seed: fraud_detection_events(n, shards=k, refresh_every=every, seed=seed), pa.int64()),
+    "page_view": FluminaExample(
+        lambda n, k, every, seed: page_view_events(n, shards=k, update_every=every, seed=seed),
+        pa.list_(pa.int64()), PAGE_VIEW),
+    "outlier_detection": FluminaExample(
+        lambda n, k, every, seed: outlier_detection_events(n, streams=k, retrain_every=every, seed=seed),
+        pa.float64()),
 }
 
 
@@ -68,7 +77,7 @@ def flumina_workload(example: str = "value_barrier", *, parallelism: int = 2, sh
         if isinstance(value, bool) or not isinstance(value, int) or value < low:
             raise ConfigError(f"{label} must be an integer >= {low}, got {value!r}")
     parts = shards or parallelism
-    generate, payload_type = FLUMINA_EXAMPLES[example]
+    generate, payload_type, codec = FLUMINA_EXAMPLES[example]
     spec = with_work(EXAMPLES.get(example).spec(parts), work)
     if plan is None:
         from ..flumina.plan import greedy_plan, sequential_plan
@@ -78,24 +87,24 @@ def flumina_workload(example: str = "value_barrier", *, parallelism: int = 2, sh
 
     def make_rows(second: int, n: int, rng) -> pa.Table:
         events = generate(n, parts, sync_every, int(rng.integers(2**31)))
-        return pa.table({
-            "tag": pa.array([e.tag for e in events], pa.string()),
-            "ts": pa.array(second + np.arange(n) / max(n, 1), pa.float64()),
-            "seq": pa.array(second * 10_000_000 + np.arange(n), pa.int64()),
-            "payload": pa.array([e.payload for e in events], payload_type),
-        }, schema=schema)
+        table = events_table(events, payload_type, codec=codec, ts=second + np.arange(n) / max(n, 1),
+                             seq=second * 10_000_000 + np.arange(n))
+        return table.select(schema.names)
 
     def batch_program(state_dir: Path) -> Callable[[Any, int], tuple[pa.Table, dict]]:
         from ..flumina.batches import BatchRunner
 
-        runner = BatchRunner(spec, plan, snapshots=Path(state_dir)).restore()
-        Path(state_dir).mkdir(parents=True, exist_ok=True)
-        (Path(state_dir) / PLAN_FILE).write_text(json.dumps(plan.to_dict(), indent=1))
+        runner = BatchRunner(spec, plan, snapshots=Path(state_dir)).restore()  # writes the plan for the panel
 
         def program(batch_df, batch_id: int) -> tuple[pa.Table, dict]:
             from ..engine.flumina import spark_workers
 
-            pairs = runner.run(batch_id, map_workers=spark_workers(batch_df))
+            # a spec that needed more than one pass last batch likely needs it again: keep the routed events
+            workers = spark_workers(batch_df, codec=codec, cache=runner.last is not None and runner.last.passes > 1)
+            try:
+                pairs = runner.run(batch_id, map_workers=workers)
+            finally:
+                workers.release()
             table = pa.table({
                 "ts": pa.array([float(e.ts) for e, _ in pairs], pa.float64()),
                 "tag": pa.array([str(e.tag) for e, _ in pairs], pa.string()),
