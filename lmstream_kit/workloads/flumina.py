@@ -99,8 +99,8 @@ def flumina_workload(example: str = "value_barrier", *, parallelism: int = 2, sh
         def program(batch_df, batch_id: int) -> tuple[pa.Table, dict]:
             from ..engine.flumina import spark_workers
 
-            # a spec that needed more than one pass last batch likely needs it again: keep the routed events
-            workers = spark_workers(batch_df, codec=codec, cache=runner.last is not None and runner.last.passes > 1)
+            # no cache between passes: measured, it never paid (docs/flumina.md, "Caching between passes")
+            workers = spark_workers(batch_df, codec=codec)
             try:
                 pairs = runner.run(batch_id, map_workers=workers)
             finally:
