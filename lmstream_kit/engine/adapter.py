@@ -46,6 +46,19 @@ class EngineBatch:
 
         return write_table(table, output_dir, self.batch_id)
 
+    def stages(self, timeout: float = 1.0) -> list[dict]:
+        """The Spark stages this batch's jobs ran, with their metrics (:mod:`~lmstream_kit.engine.stages`).
+
+        Call it after the batch's work: it waits up to ``timeout`` s for Spark's status store to
+        see the jobs finish.
+        """
+        from .stages import run_id_of_batch, stage_reader_for
+
+        run_id = run_id_of_batch(self.session)
+        if not run_id:
+            return []
+        return stage_reader_for(self.session).batch_stages(run_id, self.batch_id, timeout=timeout)
+
     def apply_confs(self, confs: Mapping[str, str], applied: Mapping[str, str]) -> dict:
         """Set the confs that differ from ``applied`` on the batch's session; the confs now in force."""
         from .rapids import apply_confs
