@@ -61,7 +61,7 @@ class _Echo:
     def on_latest(self, start):
         return 0 if start is None else start
 
-    def on_planned(self, start, end):
+    def on_planned(self, start, end, split=True):
         return None
 
     def on_commit(self, end):

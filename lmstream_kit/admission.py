@@ -83,11 +83,16 @@ class AdmissionBook:
         self.admitted_end = end
         return end
 
-    def planned(self, start: int, end: int, now: float = 0.0) -> None:
-        """Spark planned ``start..end``: an admission, or a batch replayed from the offset log."""
+    def planned(self, start: int, end: int, now: float = 0.0, fields: Mapping[str, Any] | None = None) -> None:
+        """Spark planned ``start..end``: an admission, or a batch replayed from the offset log.
+
+        ``fields`` (how it was planned) join the admission's fields, which the batch sees.
+        """
         self._planned.append((start, end))
         if end not in self._admissions and end > start:
             self._admissions[end] = Admission(start, end, now, reason="replay")
+        if fields and end in self._admissions:
+            self._admissions[end].fields.update(fields)
         self.admitted_end = max(self.admitted_end, end)
 
     def begin_batch(self) -> tuple[tuple[int, int] | None, Admission | None]:

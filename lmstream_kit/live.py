@@ -433,8 +433,8 @@ class LiveStream(StreamControls):
             self._start_feed()  # a resumed query may have nothing to replay: its first poll starts the feed
         return self.loop.on_latest(start)
 
-    def on_planned(self, start: int, end: int) -> None:
-        self.loop.on_planned(start, end)
+    def on_planned(self, start: int, end: int, split: bool = True) -> int | None:
+        return self.loop.on_planned(start, end, split)
 
     def on_commit(self, end: int) -> None:
         return None

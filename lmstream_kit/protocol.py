@@ -344,6 +344,9 @@ class BatchController(Tunable):
 
     ``on_admit(pending)``
         the gate admitted ``pending``: return fields to carry to the batch (or None);
+    ``on_plan(start, end)``
+        Spark is planning the batch of spool datasets ``start..end``: return source settings
+        for it (``{"partitions": n}``: the input partitions to split it into) or None;
     ``before_batch(ctx)``
         the batch is about to run: place it, set confs; return record fields (or None);
     ``after_batch(record)``
@@ -357,6 +360,9 @@ class BatchController(Tunable):
     FIELDS: ClassVar[Mapping[str, str]] = {}
 
     def on_admit(self, pending: Sequence[Any]) -> Mapping[str, Any] | None:
+        return None
+
+    def on_plan(self, start: int, end: int) -> Mapping[str, Any] | None:
         return None
 
     def before_batch(self, ctx: BatchContext) -> Mapping[str, Any] | None:

@@ -146,9 +146,20 @@ class RunLoop:
                                    reason=decision.reason if decision is not None else "drain",
                                    fields=fields, policy=self.settings().policy)
 
-    def on_planned(self, start: int, end: int) -> None:
+    def on_planned(self, start: int, end: int, split: bool = True) -> int | None:
+        """Spark plans the batch ``start..end``; returns the input partitions to split it into (None: the
+        source's own setting).  ``split`` is False where the source hands the batch over whole
+        (read in the driver), which makes one partition whatever is asked."""
         with self.lock:
-            self.book.planned(start, end, now=self.clock())
+            settings: dict[str, Any] = {}
+            for controller in self.controllers:
+                settings.update(controller.on_plan(start, end) or {})
+            asked = settings.get("partitions")
+            asked = int(asked) if isinstance(asked, int) and not isinstance(asked, bool) and asked >= 1 else None
+            made = (min(asked, end - start) if asked is not None else None) if split else 1
+            self.book.planned(start, end, now=self.clock(),
+                              fields={"planned": {"partitions_asked": asked, "partitions": made}})
+            return asked if split else None
 
     # ------------------------------------------------------------------ one batch
     def run_batch(self, batch: Any) -> dict:
@@ -183,10 +194,18 @@ class RunLoop:
             raise
         record = self._record(batch.batch_id, started, span, admission, datasets, out_rows,
                               [*at_admission.get("changes", ()), *changes], settings, fields)
+        failed: dict[str, str] = {}
         for controller in controllers:
-            added = controller.after_batch(record)
+            try:
+                added = controller.after_batch(record)
+            except Exception as exc:  # noqa: BLE001  (the batch's output is written: a plug-in that fails
+                # to learn from it must not fail the batch, nor stop the later ones)
+                failed[type(controller).__name__] = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
+                continue
             if added:
                 record = dataclasses.replace(record, extra={**record.extra, **added})
+        if failed:
+            record = dataclasses.replace(record, extra={**record.extra, "after_batch_errors": failed})
         self.changelog.stamp(batch.batch_id, changes)
         as_dict = record.to_dict()
         self.sink(as_dict)

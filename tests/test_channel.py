@@ -23,7 +23,7 @@ class Recorder:
         self.calls.append(("latest", start))
         return (start or 0) + 3
 
-    def on_planned(self, start, end):
+    def on_planned(self, start, end, split=True):
         self.calls.append(("planned", start, end))
 
     def on_commit(self, end):

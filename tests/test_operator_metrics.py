@@ -72,3 +72,32 @@ def test_a_stream_records_the_stages_spark_ran_for_each_batch(spark, tmp_path):
         assert all(o["tasks"] >= 1 and o["useful_s"] <= o["run_s"] for o in ops.values())
     written = (tmp_path / "run" / "metrics.jsonl").read_text()
     assert '"operators": [{"key": "j0.s0"' in written
+
+
+@pytest.mark.spark
+def test_the_input_partitions_knob_sets_the_first_stages_parallelism_from_the_next_batch(spark, tmp_path):
+    from lmstream_kit.live import LiveStream
+    from lmstream_kit.tune import InputPartitions
+
+    knob = InputPartitions(1)
+    # a batch every 4 simulated s (2 wall s) of 1 s datasets: room for 3 partitions in each
+    s = LiveStream("LR2S", policy="fixed", rate=2000, speedup=2, duration_s=40, trigger_s=4, read="executors",
+                   run_dir=tmp_path / "run", spark=spark, controllers=(knob, OperatorMetrics()))
+    s.start()
+    try:
+        s.wait(batches=3, timeout=120)
+        knob.set_param("partitions", 3)
+        s.wait(until=lambda st: st.feed_finished(), timeout=180)
+    finally:
+        s.stop()
+    data = [r for r in s.records if r["rows"]]
+    tasks = [({o["key"]: o for o in r["operators"]}["j0.s0"]["tasks"], r["input_partitions"], r["n_datasets"])
+             for r in data]
+    assert all(t == made for t, made, _ in tasks)  # the record says what Spark ran
+    # the change is in the record of the first batch it is in force for
+    first = next(r["batch_id"] for r in s.records
+                 if any(c["param"] == "source.partitions" and c["value"] == 3 for c in r.get("changes") or ()))
+    before = [t for (t, _, _), r in zip(tasks, data) if r["batch_id"] < first]
+    after = [(t, n) for (t, _, n), r in zip(tasks, data) if r["batch_id"] >= first]
+    assert before and set(before) == {1}
+    assert after and all(t == min(3, n) for t, n in after) and any(t == 3 for t, _ in after)

@@ -142,3 +142,53 @@ def test_a_broken_subscriber_does_not_fail_the_batch_and_only_controllers_plug_i
     with pytest.raises(ConfigError, match="a controller must be a BatchController, got int"):
         loop.add_controller(3)
     assert "traced_rows" not in loop.record_fields() and "max_latency_s" in loop.record_fields()
+
+
+class Splitter(BatchController):
+    """Asks for input partitions when a batch is planned (what tune.knobs.InputPartitions does)."""
+
+    def __init__(self, partitions) -> None:
+        super().__init__()
+        self.partitions = partitions
+
+    def on_plan(self, start, end):
+        return {"partitions": self.partitions}
+
+    def before_batch(self, ctx):
+        return {"planned_seen": dict(ctx.admission.get("planned") or {})}
+
+
+def test_a_controller_sets_the_input_partitions_of_the_batch_being_planned():
+    loop = make(AdmitAll("asap"), n=6)
+    loop.add_controller(Splitter(4))
+    end = loop.on_latest(0)
+    assert loop.on_planned(0, end) == 4  # what the source splits the batch into
+    record = loop.run_batch(NS(batch_id=1))
+    assert record["planned_seen"] == {"partitions_asked": 4, "partitions": 4}
+    # at most one partition per dataset; a source that reads in the driver makes one, whatever is asked
+    loop.spool.items += [NS(seq=i, arrival=1010.0 + i, rows=10, nbytes=1000) for i in range(6, 8)]
+    end = loop.on_latest(6)
+    assert loop.on_planned(6, end) == 4
+    assert loop.run_batch(NS(batch_id=2))["planned_seen"] == {"partitions_asked": 4, "partitions": 2}
+    loop.spool.items += [NS(seq=8, arrival=1020.0, rows=10, nbytes=1000)]
+    end = loop.on_latest(8)
+    assert loop.on_planned(8, end, split=False) is None
+    assert loop.run_batch(NS(batch_id=3))["planned_seen"] == {"partitions_asked": 4, "partitions": 1}
+    # nothing asked (or nonsense): the source's own setting
+    loop.plugins[0].partitions = 0
+    loop.spool.items += [NS(seq=9, arrival=1021.0, rows=10, nbytes=1000)]
+    assert loop.on_planned(9, loop.on_latest(9)) is None
+
+
+class Broken(BatchController):
+    def after_batch(self, record):
+        raise RuntimeError("cannot learn\nsecond line")
+
+
+def test_a_plugin_that_fails_after_the_batch_neither_fails_it_nor_stops_the_next_ones():
+    loop = make(AdmitAll("asap"), n=6)
+    loop.add_controller(Broken())
+    tracer = loop.add_controller(Tracer())
+    _, record = run(loop, 0, batch_id=1)
+    assert record["after_batch_errors"] == {"Broken": "RuntimeError: cannot learn"}
+    assert record["traced_rows"] == 60 and loop.book.completed_end == 6 and ("after", 1) in tracer.calls

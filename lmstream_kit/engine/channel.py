@@ -38,7 +38,7 @@ class ChannelHandler(Protocol):
 
     def on_latest(self, start: Optional[int]) -> int: ...
 
-    def on_planned(self, start: int, end: int) -> None: ...
+    def on_planned(self, start: int, end: int, split: bool = True) -> Optional[int]: ...
 
     def on_commit(self, end: int) -> None: ...
 
@@ -137,7 +137,8 @@ class ChannelServer:
                 self.stats.latest_calls += 1
                 return self.handler.on_latest(request[1])
             if kind == PLANNED:
-                return self.handler.on_planned(int(request[1]), int(request[2]))
+                # a 4th item: whether the reader splits the batch into partitions (the reply's count)
+                return self.handler.on_planned(int(request[1]), int(request[2]), *[bool(x) for x in request[3:4]])
             if kind == COMMIT:
                 return self.handler.on_commit(int(request[1]))
             if kind == INITIAL:

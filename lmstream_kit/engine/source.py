@@ -216,11 +216,15 @@ class LMStreamReader(_SpoolAccess, DataSourceStreamReader):
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
         lo, hi = int(start["seq"]), int(end["seq"])
+        parts = self.num_partitions
         if self.channel:
-            # tells the driver which datasets the batch being planned holds; this is
-            # also how a batch replayed from the offset log after a restart is known
-            self._call(PLANNED, lo, hi)
-        return [SeqRangePartition(self.uri, a, b) for a, b in split_range(lo, hi, self.num_partitions)]
+            # tells the driver which datasets the batch being planned holds (this is also how a
+            # batch replayed from the offset log after a restart is known); the driver may answer
+            # with the number of input partitions for this batch (a live knob, no restart)
+            asked = self._call(PLANNED, lo, hi, True)
+            if isinstance(asked, int) and asked >= 1:
+                parts = asked
+        return [SeqRangePartition(self.uri, a, b) for a, b in split_range(lo, hi, parts)]
 
     # -- executor side ---------------------------------------------------
     def read(self, partition: SeqRangePartition) -> Iterator[pa.RecordBatch]:
@@ -246,7 +250,7 @@ class LMStreamPrefetchReader(_SpoolAccess, SimpleDataSourceStreamReader):
             return iter([]), start
         batches = list(self._read_range(self.uri, begin, end))
         if self.channel:
-            self._call(PLANNED, begin, end)
+            self._call(PLANNED, begin, end, False)  # handed over whole: one partition
         return iter(batches), {"seq": end}
 
     def readBetweenOffsets(self, start: dict, end: dict):

@@ -11,12 +11,15 @@ from .history import (
     read_history,
     stage_dag,
 )
+from .knobs import MAX_INPUT_PARTITIONS, InputPartitions
 from .operators import OperatorMetrics, OperatorSample, operator_samples
 
 __all__ = [
     "History",
     "HistoryRecorder",
     "HistoryWriter",
+    "InputPartitions",
+    "MAX_INPUT_PARTITIONS",
     "OperatorMetrics",
     "OperatorSample",
     "dag_fingerprint",

@@ -1,0 +1,64 @@
+"""The parallelism knobs a tuner (or a person) turns while the stream runs.
+
+:class:`InputPartitions` sets how many input partitions the ``lmstream`` source splits each batch
+into: the parallelism of the batch's first stage (``j0.s0`` in :mod:`.operators`).  It needs no
+restart: the source asks the driver when Spark plans each batch, and a change is in force from
+the next batch the gate admits.  It acts where the source splits batches, that is when Spark's
+tasks read the spool (``read="executors"``, the default on a cluster); with ``read="driver"`` (the
+default on ``local[N]``) a batch reaches Spark whole, as one partition, and the record says so.
+
+>>> knob = InputPartitions(partitions=3)
+>>> knob.on_admit([]); knob.on_plan(0, 10)
+{'partitions': 3}
+>>> knob.set_param("partitions", 0)
+Traceback (most recent call last):
+...
+lmstream_kit.exceptions.ConfigError: source.partitions must be >= 1, got 0
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ..protocol import ADMISSION, BatchContext, BatchController, Param
+
+__all__ = ["MAX_INPUT_PARTITIONS", "InputPartitions"]
+
+#: the largest input partition count the knob takes
+MAX_INPUT_PARTITIONS = 4096
+
+
+class InputPartitions(BatchController):
+    """The ``lmstream`` source's input partitions per batch, a live parameter (see the module).
+
+    Parameters
+    ----------
+    partitions : int
+        Input partitions per batch (at most one per spool dataset in the batch).
+    """
+
+    prefix = "source"
+    change_phase = ADMISSION
+    PARAMS = (Param("partitions", int, low=1, high=MAX_INPUT_PARTITIONS, label="input partitions",
+                    doc="Partitions the source splits each batch into: the first stage's parallelism."),)
+    FIELDS = {
+        "input_partitions": "input partitions the source split the batch into (1 where the batch is read in the driver)",
+    }
+
+    def __init__(self, partitions: int = 2) -> None:
+        super().__init__()
+        self.partitions = self.param("partitions").validate(partitions)
+        self._for_next = self.partitions  # the value in force for the batch admitted last
+
+    def on_admit(self, pending: Sequence[Any]) -> Mapping[str, Any] | None:
+        self._for_next = self.partitions  # a change is in force from the next admitted batch
+        return None
+
+    def on_plan(self, start: int, end: int) -> Mapping[str, Any] | None:
+        return {"partitions": self._for_next}
+
+    def before_batch(self, ctx: BatchContext) -> Mapping[str, Any] | None:
+        planned = (ctx.admission or {}).get("planned") or {}
+        made = planned.get("partitions")
+        return {"input_partitions": made} if made is not None else None
