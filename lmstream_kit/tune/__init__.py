@@ -11,10 +11,19 @@ from .history import (
     read_history,
     stage_dag,
 )
+from .ds2 import ds2_parallelism
 from .knobs import MAX_INPUT_PARTITIONS, InputPartitions
 from .operators import OperatorMetrics, OperatorSample, operator_samples
+from .predictor import BottleneckModel, Transition, transitions
+from .tuner import SOURCE_STAGE, ParallelismTuner
 
 __all__ = [
+    "BottleneckModel",
+    "ParallelismTuner",
+    "SOURCE_STAGE",
+    "Transition",
+    "ds2_parallelism",
+    "transitions",
     "History",
     "HistoryRecorder",
     "HistoryWriter",

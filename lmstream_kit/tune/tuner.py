@@ -1,0 +1,256 @@
+"""The online parallelism tuner: a live object that reads each batch's stages and sets the parallelism.
+
+:class:`ParallelismTuner` is one plug-in (``stream.add_controller(ParallelismTuner())``) that
+
+1. reads every batch's Spark stages (it is an :class:`~lmstream_kit.tune.operators.OperatorMetrics`);
+2. proposes, after each batch, the smallest parallelism per stage that it predicts leaves no
+   bottleneck at the expected input: with ``policy="learned"`` (StreamTune's idea) from a
+   :class:`~lmstream_kit.tune.predictor.BottleneckModel` pre-trained on transitions of earlier runs
+   and fine-tuned on this run's own as they come (DS2's rule until the model has seen both a
+   bottleneck and none), with ``policy="ds2"`` from :func:`~lmstream_kit.tune.ds2.ds2_parallelism`
+   alone (the baseline, in the same harness);
+3. applies it where Spark allows without a restart, today the source stage's input partitions
+   (``j0.s0``, set when the next batch is planned, like :class:`~lmstream_kit.tune.knobs.InputPartitions`);
+   the other stages' proposals are recommendations, with the reason they are not applied.
+
+It does not oscillate: after a change it waits ``cooldown`` batches; it scales up to the smallest
+parallelism whose predicted probability of a bottleneck is below ``threshold``, but down only to
+the smallest below ``threshold - margin`` (hysteresis: DS2's rule has no probability, so it has no
+such margin); and it never scales down while a backlog is being caught up (the batch missed its
+bound).
+
+``mode``: ``"apply"`` (the default), ``"recommend"`` (proposals in the record only, nothing set:
+for users who want advice) or ``"frozen"`` (no proposals).  ``pin(key, p)`` holds one stage.
+
+Record fields: ``tuner_policy``, ``tuner_model``, ``tuner_proposal`` ``{key: p}``,
+``tuner_reason`` ``{key: why}``, ``tuner_s`` (the tuner's own seconds) and, from the plug-in it
+extends, ``operators`` and ``operators_s``.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ..exceptions import ConfigError
+from ..protocol import ADMISSION, BatchContext, Param
+from .ds2 import ds2_parallelism
+from .knobs import MAX_INPUT_PARTITIONS
+from .operators import OperatorMetrics, OperatorSample
+from .predictor import BottleneckModel, Transition, embed, transitions
+
+__all__ = ["SOURCE_STAGE", "ParallelismTuner"]
+
+#: the stage whose parallelism the tuner sets without a restart: the first stage of the batch's first job
+SOURCE_STAGE = "j0.s0"
+_FIXED_REASON = ("fixed: a shuffle after the source feeds Spark's stateful operators, whose partitions the "
+                 "checkpoint fixes (Spark 4.2+ repartitions them offline, with a restart)")
+
+
+class ParallelismTuner(OperatorMetrics):
+    """Proposes and sets each stage's parallelism after every batch (see the module).
+
+    Parameters
+    ----------
+    policy : {"learned", "ds2"}
+    mode : {"apply", "recommend", "frozen"}
+    partitions : int
+        The source stage's parallelism to start from.
+    pretrain : sequence of Transition
+        Transitions of earlier runs of similar DAGs (:func:`~lmstream_kit.tune.predictor.transitions`);
+        empty for a cold start.
+    busy_share, cooldown, low, high, threshold, margin, utilisation : see :attr:`PARAMS`.
+    refit_every : int
+        Refit the model after this many new transitions of this run.
+    pretrain_cap : int
+        At most this many pre-training transitions (a seeded sample), so that a refit stays light.
+    """
+
+    prefix = "tuner"
+    change_phase = ADMISSION
+    PARAMS = (
+        Param("mode", str, choices=("apply", "recommend", "frozen"), label="tuner",
+              doc="apply proposals, only recommend them, or make none"),
+        Param("partitions", int, low=1, high=MAX_INPUT_PARTITIONS, label="source partitions",
+              doc="the source stage's parallelism in force (the tuner sets it; set it by hand with mode frozen)"),
+        Param("busy_share", float, low=0, high=1, low_open=True, label="bottleneck above load",
+              doc="a stage busy for more than this share of the batch's bound is a bottleneck"),
+        Param("cooldown", int, low=0, high=1000, label="cooldown (batches)",
+              doc="batches to wait after a change before the next"),
+        Param("low", int, low=1, high=MAX_INPUT_PARTITIONS, label="lowest parallelism"),
+        Param("high", int, low=1, high=MAX_INPUT_PARTITIONS, label="highest parallelism"),
+    )
+    FIELDS = {
+        **OperatorMetrics.FIELDS,
+        "tuner_policy": "the parallelism tuner's policy (learned or ds2)",
+        "tuner_model": "what the proposal came from (the model and its rows, or ds2's rule)",
+        "tuner_proposal": "the parallelism the tuner proposes per stage {key: p}",
+        "tuner_reason": "why each proposal is or is not applied {key: why}",
+        "tuner_s": "seconds the tuner spent deciding",
+    }
+
+    def __init__(self, *, policy: str = "learned", mode: str = "apply", partitions: int = 2,
+                 pretrain: Sequence[Transition] = (), busy_share: float = 0.7, cooldown: int = 2, low: int = 1,
+                 high: int = 64, threshold: float = 0.5, margin: float = 0.15, utilisation: float = 0.7,
+                 refit_every: int = 4, pretrain_cap: int = 4000, timeout_s: float = 1.0, seed: int = 0) -> None:
+        super().__init__(busy_share=busy_share, timeout_s=timeout_s)
+        if policy not in ("learned", "ds2"):
+            raise ConfigError(f"policy must be 'learned' or 'ds2', got {policy!r}")
+        self.policy = policy
+        self.mode = self.param("mode").validate(mode)
+        self.partitions = self.param("partitions").validate(partitions)
+        self.cooldown = self.param("cooldown").validate(cooldown)
+        self.low = self.param("low").validate(low)
+        self.high = self.param("high").validate(high)
+        if self.low > self.high:
+            raise ConfigError(f"low ({self.low}) must not exceed high ({self.high})")
+        if not 0 < threshold < 1 or not 0 <= margin < threshold:
+            raise ConfigError(f"threshold must be in (0, 1) and margin in [0, threshold), got {threshold!r}, {margin!r}")
+        self.threshold, self.margin, self.utilisation = float(threshold), float(margin), float(utilisation)
+        pretrain = list(pretrain)
+        if len(pretrain) > pretrain_cap:  # keep refits light: a seeded sample of the history
+            import random
+
+            pretrain = random.Random(seed).sample(pretrain, pretrain_cap)
+        self.pretrain = pretrain
+        self.refit_every = int(refit_every)
+        self.model = BottleneckModel(seed=seed)
+        if self.policy == "learned" and self.pretrain:
+            self.model.fit(self.pretrain)
+        self.pins: dict[str, int] = {}
+        self._for_next = self.partitions
+        self._batches: list[tuple[list[OperatorSample], int, float]] = []  # this run's data batches
+        self._fitted_on = 0
+        self._since_change = 10**9
+        self.last_proposal: dict[str, int] = {}
+        self.last_reason: dict[str, str] = {}
+
+    # -- live parameters ----------------------------------------------------------------------
+    def _apply_low(self, value: int) -> None:
+        if value > self.high:
+            raise ConfigError(f"tuner.low must not exceed tuner.high ({self.high}), got {value!r}")
+        old, self.low = self.low, value
+        self.log_change("low", value, old=old)
+
+    def _apply_high(self, value: int) -> None:
+        if value < self.low:
+            raise ConfigError(f"tuner.high must not be below tuner.low ({self.low}), got {value!r}")
+        old, self.high = self.high, value
+        self.log_change("high", value, old=old)
+
+    def pin(self, key: str, parallelism: int) -> None:
+        """Hold stage ``key`` at ``parallelism`` (the source stage's is set from the next batch)."""
+        p = self.param("partitions").validate(parallelism, label=f"tuner.pin({key!r})")
+        old = self.pins.get(key)
+        self.pins[key] = p
+        self.log_change(f"pin.{key}", p, old=old)
+        if key == SOURCE_STAGE and p != self.partitions:
+            self.set_param("partitions", p)
+
+    def release(self, key: str) -> None:
+        """Let the tuner move stage ``key`` again."""
+        if key in self.pins:
+            old = self.pins.pop(key)
+            self.log_change(f"pin.{key}", None, old=old)
+
+    # -- the knob: the source stage's partitions, read when Spark plans the next batch -----------
+    def on_admit(self, pending: Sequence[Any]) -> Mapping[str, Any] | None:
+        self._for_next = self.partitions
+        return None
+
+    def on_plan(self, start: int, end: int) -> Mapping[str, Any] | None:
+        return {"partitions": self._for_next}
+
+    def before_batch(self, ctx: BatchContext) -> Mapping[str, Any] | None:
+        super().before_batch(ctx)
+        planned = (ctx.admission or {}).get("planned") or {}
+        return {"input_partitions": planned["partitions"]} if planned.get("partitions") is not None else None
+
+    # -- deciding ------------------------------------------------------------------------------
+    def after_batch(self, record: Any) -> Mapping[str, Any] | None:
+        fields = super().after_batch(record)
+        if fields is None:
+            return None
+        t0 = time.perf_counter()
+        out = dict(fields)
+        out.update(self.observe(self.last, rows=int(record.rows or 0), budget_s=self._budget(record),
+                                behind=record.within_bound is False))
+        out["tuner_s"] = round(time.perf_counter() - t0, 4)
+        return out
+
+    @staticmethod
+    def _budget(record: Any) -> float:
+        b = record.bound_s if record.bound_s else record.processing_s
+        return float(b) if b and math.isfinite(b) and b > 0 else 0.0
+
+    def observe(self, samples: Sequence[OperatorSample], *, rows: int, budget_s: float,
+                behind: bool) -> dict[str, Any]:
+        """Learn from one batch's ``samples`` and decide (the engine-free core; returns record fields).
+
+        ``behind``: the batch missed its bound (a backlog is being caught up: never scale down).
+        """
+        fields: dict[str, Any] = {"tuner_policy": self.policy}
+        if self.mode == "frozen" or not samples or rows <= 0 or budget_s <= 0:
+            fields["tuner_model"] = "frozen" if self.mode == "frozen" else "no data"
+            return fields
+        self._batches.append((list(samples), rows, budget_s))
+        self._batches = self._batches[-200:]
+        self._since_change += 1
+        source = "ds2"
+        if self.policy == "learned":
+            own = transitions(self._batches)
+            if len(own) - self._fitted_on >= self.refit_every or (not self.model.ready and len(own) > self._fitted_on):
+                self.model.fit(self.pretrain, own)
+                self._fitted_on = len(own)
+            if self.model.ready:
+                source = f"learned ({self.model.rows} transitions)"
+        growth = self._growth()
+        proposal, reason = self._propose(samples, budget_s, growth, behind)
+        fields.update(tuner_model=source, tuner_proposal=proposal, tuner_reason=reason)
+        self.last_proposal, self.last_reason = proposal, reason
+        want = proposal.get(SOURCE_STAGE)
+        if self.mode == "apply" and want is not None and want != self.partitions \
+                and reason.get(SOURCE_STAGE, "").startswith("apply"):
+            self.set_param("partitions", want)
+            self._since_change = 0
+        return fields
+
+    def _growth(self) -> float:
+        """The next batch's rows over this one's, expected: the recent peak over now (never below 1)."""
+        rows = [r for _, r, _ in self._batches[-4:]]
+        return max(1.0, max(rows) / rows[-1]) if rows else 1.0
+
+    def _propose(self, samples: Sequence[OperatorSample], budget_s: float, growth: float,
+                 behind: bool) -> tuple[dict[str, int], dict[str, str]]:
+        ds2 = ds2_parallelism(samples, budget_s=budget_s, utilisation=self.utilisation, growth=growth,
+                              low=self.low, high=self.high)
+        emb = embed(samples) if self.policy == "learned" and self.model.ready else {}
+        proposal, reason = {}, {}
+        for s in samples:
+            if s.key in self.pins:
+                proposal[s.key], reason[s.key] = self.pins[s.key], "pinned"
+                continue
+            work = s.useful_s / budget_s
+            if emb:
+                want = self.model.smallest(s.tasks, work, growth, emb[s.key], low=self.low, high=self.high,
+                                           threshold=self.threshold)
+                if want < s.tasks:  # hysteresis: scale down only as far as is clearly safe
+                    want = min(s.tasks, self.model.smallest(s.tasks, work, growth, emb[s.key], low=self.low,
+                                                            high=self.high, threshold=self.threshold - self.margin))
+            else:
+                want = ds2[s.key]
+            proposal[s.key] = int(want)
+            if s.key != SOURCE_STAGE:
+                reason[s.key] = _FIXED_REASON if s.job == 0 else "fixed: not a knob of the lmstream source"
+            elif want == s.tasks:
+                reason[s.key] = "hold: no change needed"
+            elif want < s.tasks and behind:
+                proposal[s.key] = s.tasks
+                reason[s.key] = "hold: the stream is behind its bound, no scale-down while catching up"
+            elif self._since_change < self.cooldown:
+                reason[s.key] = f"hold: cooldown ({self._since_change} of {self.cooldown} batches since the last change)"
+            else:
+                reason[s.key] = f"apply: {s.tasks} -> {want}"
+        return proposal, reason

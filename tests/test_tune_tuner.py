@@ -1,0 +1,145 @@
+"""The parallelism tuner on seeded inputs: DS2's rule, the learned (monotone) predictor, cooldown,
+no scale-down while behind, recommend mode and pins; exact decisions, no Spark."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from lmstream_kit.exceptions import ConfigError
+from lmstream_kit.protocol import ChangeLog
+from lmstream_kit.tune.operators import OperatorSample
+from lmstream_kit.tune.predictor import BottleneckModel, Transition, embed, transitions
+from lmstream_kit.tune.tuner import SOURCE_STAGE, ParallelismTuner
+
+OVERHEAD = 0.2  # seconds of work each task adds (the ground truth of these tests)
+SHARE = 0.7
+
+
+def stage(key, p, work, *, position=0, budget=1.0, rows=10_000):
+    """A stage at parallelism ``p`` whose work is ``work`` task-seconds plus a per-task overhead."""
+    useful = OVERHEAD * p + work
+    load = useful / p / budget
+    return OperatorSample(key, 0, position, position, "COMPLETE", p, rows, rows // 10, useful, useful, useful,
+                          useful / p, rows / useful, load, load > SHARE)
+
+
+def batch(p_source, work, p_after=2, work_after=0.1):
+    return [stage(SOURCE_STAGE, p_source, work), stage("j0.s1", p_after, work_after, position=1)]
+
+
+def ground_truth_transitions():
+    """Transitions of other runs of this DAG: every (p, p') on a grid of work levels."""
+    out = []
+    for work, p, p_next in itertools.product(np.arange(0.2, 6.0, 0.1), range(1, 11), range(1, 11)):
+        now, later = batch(p, work), batch(p_next, work)
+        out += transitions([(now, 10_000, 1.0), (later, 10_000, 1.0)])
+    return out
+
+
+def tuner(**kw):
+    t = ParallelismTuner(**kw)
+    t.bind_changelog(ChangeLog())
+    return t
+
+
+def test_ds2_takes_two_steps_where_a_per_task_overhead_hides_from_its_rule():
+    t = tuner(policy="ds2", partitions=1, cooldown=0)
+    # 2.8 s of work at p=1: useful 3.0 task-s, ceil(3.0 / 0.7) = 5, but at 5 the load is 0.2 + 2.8/5 = 0.76
+    fields = t.observe(batch(1, 2.8), rows=10_000, budget_s=1.0, behind=True)
+    assert fields["tuner_proposal"] == {SOURCE_STAGE: 5, "j0.s1": 1} and t.partitions == 5
+    assert fields["tuner_reason"][SOURCE_STAGE] == "apply: 1 -> 5"
+    assert fields["tuner_reason"]["j0.s1"].startswith("fixed: a shuffle after the source")
+    t.observe(batch(5, 2.8), rows=10_000, budget_s=1.0, behind=True)
+    assert t.partitions == 6  # ceil(3.8 / 0.7); at 6 the load is 0.667
+    t.observe(batch(6, 2.8), rows=10_000, budget_s=1.0, behind=False)
+    assert t.partitions == 6
+    assert [c.value for c in t.changelog.take()] == [5, 6]
+
+
+def test_the_pretrained_model_goes_to_the_smallest_parallelism_without_a_bottleneck_in_one_step():
+    t = tuner(policy="learned", partitions=1, cooldown=0, pretrain=ground_truth_transitions())
+    fields = t.observe(batch(1, 2.8), rows=10_000, budget_s=1.0, behind=True)
+    assert fields["tuner_model"].startswith("learned (")
+    assert t.partitions == 6  # 0.2 + 2.8/6 = 0.667 <= 0.7, and at 5 it is 0.76
+    # lighter work: 0.2 + 0.9/2 = 0.65 at 2, 0.5 at 3, and 0.2 + 0.9/1 > 0.7 at 1: without a margin it scales
+    # down to 2; with a wide margin (hysteresis: below 0.5 - 0.4) only to 3, which the model is surer of
+    exact = tuner(policy="learned", partitions=6, cooldown=0, margin=0.0, pretrain=ground_truth_transitions())
+    exact.observe(batch(6, 0.9), rows=10_000, budget_s=1.0, behind=False)
+    careful = tuner(policy="learned", partitions=6, cooldown=0, margin=0.4, pretrain=ground_truth_transitions())
+    careful.observe(batch(6, 0.9), rows=10_000, budget_s=1.0, behind=False)
+    assert (exact.partitions, careful.partitions) == (2, 3)
+
+
+def test_cooldown_and_no_scale_down_while_behind():
+    t = tuner(policy="ds2", partitions=1, cooldown=2)
+    t.observe(batch(1, 2.8), rows=10_000, budget_s=1.0, behind=True)  # -> 5
+    f = t.observe(batch(5, 2.8), rows=10_000, budget_s=1.0, behind=True)
+    assert t.partitions == 5 and f["tuner_reason"][SOURCE_STAGE] == "hold: cooldown (1 of 2 batches since the last change)"
+    f = t.observe(batch(5, 0.5), rows=10_000, budget_s=1.0, behind=True)  # less work, but behind: hold
+    assert t.partitions == 5
+    assert f["tuner_reason"][SOURCE_STAGE] == "hold: the stream is behind its bound, no scale-down while catching up"
+    t.observe(batch(5, 0.5), rows=10_000, budget_s=1.0, behind=False)
+    assert t.partitions == 3  # ceil(1.5 / 0.7)
+
+
+def test_recommend_mode_proposes_and_changes_nothing_and_pins_hold():
+    t = tuner(policy="ds2", mode="recommend", partitions=2, cooldown=0)
+    f = t.observe(batch(2, 2.0), rows=10_000, budget_s=1.0, behind=True)
+    assert f["tuner_proposal"][SOURCE_STAGE] == 4 and t.partitions == 2 and t.changelog.take() == []
+    t.set_param("mode", "apply")
+    t.pin(SOURCE_STAGE, 5)
+    assert t.partitions == 5
+    f = t.observe(batch(5, 2.0), rows=10_000, budget_s=1.0, behind=True)
+    assert f["tuner_reason"][SOURCE_STAGE] == "pinned" and t.partitions == 5
+    t.release(SOURCE_STAGE)
+    t.observe(batch(5, 1.0), rows=10_000, budget_s=1.0, behind=False)
+    assert t.partitions == 3  # ceil(2.0 / 0.7)
+    assert [(c.param, c.value) for c in t.changelog.take()] == [
+        ("tuner.mode", "apply"), ("tuner.pin.j0.s0", 5), ("tuner.partitions", 5), ("tuner.pin.j0.s0", None),
+        ("tuner.partitions", 3)]
+
+
+def test_frozen_mode_and_bad_parameters():
+    t = tuner(mode="frozen")
+    assert t.observe(batch(2, 2.0), rows=10_000, budget_s=1.0, behind=True) == {"tuner_policy": "learned",
+                                                                              "tuner_model": "frozen"}
+    with pytest.raises(ConfigError, match=r"^tuner.high must not be below tuner.low \(1\), got 0$|must be >= 1"):
+        t.set_param("high", 0)
+    t.set_param("low", 3)
+    with pytest.raises(ConfigError, match=r"^tuner.high must not be below tuner.low \(3\), got 2$"):
+        t.set_param("high", 2)
+    with pytest.raises(ConfigError, match=r"^policy must be 'learned' or 'ds2', got 'dhalion'$"):
+        ParallelismTuner(policy="dhalion")
+    with pytest.raises(ConfigError, match=r"^tuner.mode must be one of 'apply', 'recommend', 'frozen', got 'auto'$"):
+        t.set_param("mode", "auto")
+
+
+@settings(max_examples=15, deadline=None)
+@given(seed=st.integers(0, 10_000), n=st.integers(20, 120))
+def test_the_predictor_is_monotone_in_parallelism_whatever_it_learned(seed, n):
+    """More parallelism never makes an operator more of a bottleneck: for random training data,
+    random operators and every p' from 1 to 64, the probability does not increase."""
+    rng = np.random.default_rng(seed)
+    rows = [Transition("j0.s0", int(rng.integers(1, 17)), int(rng.integers(1, 17)), float(rng.uniform(0.01, 8)),
+                       float(rng.uniform(0.5, 3)), tuple(rng.normal(size=6)), bool(rng.integers(2)))
+            for _ in range(n)]
+    model = BottleneckModel(seed=seed).fit(own=rows)
+    if not model.ready:
+        return
+    for _ in range(5):
+        args = (int(rng.integers(1, 17)), float(rng.uniform(0.01, 8)), float(rng.uniform(0.5, 3)),
+                tuple(rng.normal(size=6)))
+        probs = [model.probability(p, *args) for p in range(1, 65)]
+        assert all(b <= a + 1e-12 for a, b in zip(probs, probs[1:]))
+
+
+def test_the_dag_embedding_propagates_over_the_stage_chain():
+    emb = embed(batch(2, 2.0))
+    own, mixed = emb[SOURCE_STAGE][:3], emb[SOURCE_STAGE][3:]
+    assert own[0] == 1.0 and mixed[0] < 1.0  # the source flag, smoothed with its neighbour's
+    assert emb["j0.s1"][3] > 0  # the second stage sees the source through the edge
