@@ -101,3 +101,28 @@ def test_the_input_partitions_knob_sets_the_first_stages_parallelism_from_the_ne
     after = [(t, n) for (t, _, n), r in zip(tasks, data) if r["batch_id"] >= first]
     assert before and set(before) == {1}
     assert after and all(t == min(3, n) for t, n in after) and any(t == 3 for t, _ in after)
+
+
+@pytest.mark.spark
+def test_the_tuner_sets_the_source_partitions_of_a_running_stream(spark, tmp_path):
+    """DS2's rule on a real stream: LR2S's source stage is light, so 3 input partitions come down to
+    what the rule asks for, applied from a later batch; every record carries the proposal and why."""
+    from lmstream_kit.live import LiveStream
+    from lmstream_kit.tune import ParallelismTuner
+
+    tuner = ParallelismTuner(policy="ds2", partitions=3, cooldown=1)
+    s = LiveStream("LR2S", policy="fixed", rate=2000, speedup=2, duration_s=30, trigger_s=4, read="executors",
+                   run_dir=tmp_path / "run", spark=spark, controllers=(tuner,))
+    s.start()
+    try:
+        s.wait(until=lambda st: st.feed_finished(), timeout=180)
+    finally:
+        s.stop()
+    data = [r for r in s.records if r["rows"] and r.get("operators")]
+    assert data and all(r["tuner_policy"] == "ds2" and "j0.s0" in r["tuner_proposal"] for r in data)
+    tasks = [{o["key"]: o for o in r["operators"]}["j0.s0"]["tasks"] for r in data]
+    assert tasks[0] == min(3, data[0]["n_datasets"]) and tasks[-1] < 3  # scaled down while it ran
+    assert all(t == r["input_partitions"] for t, r in zip(tasks, data))
+    changes = [c for r in s.records for c in r.get("changes") or () if c["param"] == "tuner.partitions"]
+    assert changes and changes[0]["old"] == 3 and changes[-1]["value"] == tasks[-1]
+    assert all(r["tuner_reason"]["j0.s1"].startswith("fixed: ") for r in data)
