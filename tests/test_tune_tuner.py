@@ -64,7 +64,7 @@ def test_ds2_takes_two_steps_where_a_per_task_overhead_hides_from_its_rule():
 def test_the_pretrained_model_goes_to_the_smallest_parallelism_without_a_bottleneck_in_one_step():
     t = tuner(policy="learned", partitions=1, cooldown=0, pretrain=ground_truth_transitions())
     fields = t.observe(batch(1, 2.8), rows=10_000, budget_s=1.0, behind=True)
-    assert fields["tuner_model"].startswith("learned (")
+    assert fields["tuner_model"] == "learned: 4000 pre-training transitions, 0 of this run"
     assert t.partitions == 6  # 0.2 + 2.8/6 = 0.667 <= 0.7, and at 5 it is 0.76
     # lighter work: 0.2 + 0.9/2 = 0.65 at 2, 0.5 at 3, and 0.2 + 0.9/1 > 0.7 at 1: without a margin it scales
     # down to 2; with a wide margin (hysteresis: below 0.5 - 0.4) only to 3, which the model is surer of
@@ -143,3 +143,34 @@ def test_the_dag_embedding_propagates_over_the_stage_chain():
     own, mixed = emb[SOURCE_STAGE][:3], emb[SOURCE_STAGE][3:]
     assert own[0] == 1.0 and mixed[0] < 1.0  # the source flag, smoothed with its neighbour's
     assert emb["j0.s1"][3] > 0  # the second stage sees the source through the edge
+
+
+def test_the_tuner_pretrains_on_the_runs_of_similar_dags_in_the_history(tmp_path):
+    """StreamTune's pre-training: of two earlier runs in the store, only the one whose stage DAG is
+    within the graph edit distance of this query's feeds the model."""
+    from lmstream_kit.record import BatchRecord, Dataset
+    from lmstream_kit.tune.history import HistoryWriter, read_history
+    from lmstream_kit.tune.pretrain import history_transitions, similar_fingerprints
+
+    def record(batch_id, ops):
+        return BatchRecord.from_batch(batch_id=batch_id, policy="fixed", admitted_at=10.0, completed_at=11.0,
+                                      bound_s=1.0, workload="Q", datasets=[Dataset(9.0, 10_000, 100_000)],
+                                      operators=[o.to_dict() for o in ops])
+
+    def five_stages(p, work):  # another query: a chain of five stages
+        return [stage(f"j0.s{i}", p, work, position=i) for i in range(5)]
+
+    with HistoryWriter(tmp_path, "same") as w:
+        for i, (p, work) in enumerate([(1, 2.8), (5, 2.8), (6, 2.8), (6, 0.9), (2, 0.9), (1, 0.9)]):
+            w.add(record(i, batch(p, work)))
+    with HistoryWriter(tmp_path, "other") as w:
+        for i, p in enumerate([1, 2, 4]):
+            w.add(record(i, five_stages(p, 1.0)))
+    table = read_history(tmp_path)
+    near = similar_fingerprints(table, batch(2, 1.0))
+    assert list(near.values()) == [0.0] and len(set(table.column("fingerprint").to_pylist())) == 2
+    assert len(history_transitions(table, near)) == 10  # 5 consecutive pairs, 2 stages each
+    t = tuner(policy="learned", partitions=6, cooldown=0, history=tmp_path)
+    f = t.observe(batch(6, 0.9), rows=10_000, budget_s=1.0, behind=False)
+    assert t.pretrain_dags == near and len(t.pretrain) == 10
+    assert f["tuner_model"] == "learned: 10 pre-training transitions of 1 similar DAGs, 0 of this run"

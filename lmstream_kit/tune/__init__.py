@@ -14,6 +14,7 @@ from .history import (
 from .ds2 import ds2_parallelism
 from .knobs import MAX_INPUT_PARTITIONS, InputPartitions
 from .operators import OperatorMetrics, OperatorSample, operator_samples
+from .pretrain import dag_distance, history_transitions, similar_fingerprints, stage_graph
 from .predictor import BottleneckModel, Transition, transitions
 from .tuner import SOURCE_STAGE, ParallelismTuner
 
@@ -22,7 +23,11 @@ __all__ = [
     "ParallelismTuner",
     "SOURCE_STAGE",
     "Transition",
+    "dag_distance",
     "ds2_parallelism",
+    "history_transitions",
+    "similar_fingerprints",
+    "stage_graph",
     "transitions",
     "History",
     "HistoryRecorder",

@@ -59,8 +59,13 @@ class ParallelismTuner(OperatorMetrics):
     partitions : int
         The source stage's parallelism to start from.
     pretrain : sequence of Transition
-        Transitions of earlier runs of similar DAGs (:func:`~lmstream_kit.tune.predictor.transitions`);
-        empty for a cold start.
+        Transitions of earlier runs of similar DAGs (:func:`~lmstream_kit.tune.predictor.transitions`).
+    history : path, History or pyarrow Table, optional
+        A history store (:mod:`~lmstream_kit.tune.history`): at the first batch, the runs whose DAG is
+        within ``max_distance`` (graph edit distance, :mod:`~lmstream_kit.tune.pretrain`) of this
+        query's become pre-training transitions.  Neither this nor ``pretrain``: a cold start.
+    max_distance : float
+        The largest graph edit distance of a DAG in this query's cluster.
     busy_share, cooldown, low, high, threshold, margin, utilisation : see :attr:`PARAMS`.
     refit_every : int
         Refit the model after this many new transitions of this run.
@@ -94,7 +99,8 @@ class ParallelismTuner(OperatorMetrics):
     def __init__(self, *, policy: str = "learned", mode: str = "apply", partitions: int = 2,
                  pretrain: Sequence[Transition] = (), busy_share: float = 0.7, cooldown: int = 2, low: int = 1,
                  high: int = 64, threshold: float = 0.5, margin: float = 0.15, utilisation: float = 0.7,
-                 refit_every: int = 4, pretrain_cap: int = 4000, timeout_s: float = 1.0, seed: int = 0) -> None:
+                 refit_every: int = 4, pretrain_cap: int = 4000, history: Any = None, max_distance: float = 2.0,
+                 timeout_s: float = 1.0, seed: int = 0) -> None:
         super().__init__(busy_share=busy_share, timeout_s=timeout_s)
         if policy not in ("learned", "ds2"):
             raise ConfigError(f"policy must be 'learned' or 'ds2', got {policy!r}")
@@ -109,12 +115,10 @@ class ParallelismTuner(OperatorMetrics):
         if not 0 < threshold < 1 or not 0 <= margin < threshold:
             raise ConfigError(f"threshold must be in (0, 1) and margin in [0, threshold), got {threshold!r}, {margin!r}")
         self.threshold, self.margin, self.utilisation = float(threshold), float(margin), float(utilisation)
-        pretrain = list(pretrain)
-        if len(pretrain) > pretrain_cap:  # keep refits light: a seeded sample of the history
-            import random
-
-            pretrain = random.Random(seed).sample(pretrain, pretrain_cap)
-        self.pretrain = pretrain
+        self.pretrain_cap, self.seed = int(pretrain_cap), int(seed)
+        self.pretrain = self._capped(list(pretrain))
+        self.history, self.max_distance = history, float(max_distance)
+        self.pretrain_dags: dict[str, float] = {}  # the history's DAGs this query was clustered with
         self.refit_every = int(refit_every)
         self.model = BottleneckModel(seed=seed)
         if self.policy == "learned" and self.pretrain:
@@ -126,6 +130,33 @@ class ParallelismTuner(OperatorMetrics):
         self._since_change = 10**9
         self.last_proposal: dict[str, int] = {}
         self.last_reason: dict[str, str] = {}
+
+    def _capped(self, rows: list[Transition]) -> list[Transition]:
+        """At most ``pretrain_cap`` transitions (a seeded sample), so that a refit stays light."""
+        if len(rows) <= self.pretrain_cap:
+            return rows
+        import random
+
+        return random.Random(self.seed).sample(rows, self.pretrain_cap)
+
+    def _pretrain_from_history(self, samples: Sequence[OperatorSample]) -> None:
+        """Once, at the first batch: this query's cluster of the history becomes pre-training data."""
+        source, self.history = self.history, None
+        if source is None:
+            return
+        from .history import History, read_history
+        from .pretrain import history_transitions, similar_fingerprints
+
+        if isinstance(source, History):
+            table = source.read()
+        elif hasattr(source, "num_rows"):
+            table = source
+        else:
+            table = read_history(source)
+        self.pretrain_dags = similar_fingerprints(table, samples, max_distance=self.max_distance)
+        if self.pretrain_dags:
+            self.pretrain = self._capped(self.pretrain + history_transitions(table, self.pretrain_dags))
+            self.model.fit(self.pretrain)
 
     # -- live parameters ----------------------------------------------------------------------
     def _apply_low(self, value: int) -> None:
@@ -200,12 +231,16 @@ class ParallelismTuner(OperatorMetrics):
         self._since_change += 1
         source = "ds2"
         if self.policy == "learned":
+            if self.history is not None:
+                self._pretrain_from_history(samples)
             own = transitions(self._batches)
             if len(own) - self._fitted_on >= self.refit_every or (not self.model.ready and len(own) > self._fitted_on):
                 self.model.fit(self.pretrain, own)
                 self._fitted_on = len(own)
             if self.model.ready:
-                source = f"learned ({self.model.rows} transitions)"
+                source = (f"learned: {len(self.pretrain)} pre-training transitions"
+                          f"{f' of {len(self.pretrain_dags)} similar DAGs' if self.pretrain_dags else ''}, "
+                          f"{len(own)} of this run")
         growth = self._growth()
         proposal, reason = self._propose(samples, budget_s, growth, behind)
         fields.update(tuner_model=source, tuner_proposal=proposal, tuner_reason=reason)
