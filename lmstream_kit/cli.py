@@ -52,6 +52,27 @@ def cli() -> None:
     """
 
 
+TUNE_CHOICES = ("off", "recommend", "ds2", "learned")
+
+
+def _tuning_controllers(tune: str, partitions: int, history: Path | None) -> tuple:
+    """The plug-ins of ``run --tune``: the tuner (or the stage metrics alone) and the history recorder."""
+    if tune == "off":
+        return ()
+    from .tune import HistoryRecorder, ParallelismTuner
+
+    policy = "learned" if tune in ("learned", "recommend") else "ds2"
+    tuner = ParallelismTuner(policy=policy, mode="recommend" if tune == "recommend" else "apply",
+                             partitions=partitions, history=history if history is not None else _default_history())
+    return (tuner, HistoryRecorder(history))  # a bad store is a ConfigError: one line, no traceback
+
+
+def _default_history():
+    from .tune.history import default_store
+
+    return default_store()
+
+
 @cli.command()
 @click.option("--workload", default="LR2S", show_default=True, help="Workload: a built-in (see `lmstream-kit workloads`) or your own query, path/to/file.py:NAME or package.module:NAME.")
 @click.option(
@@ -80,7 +101,10 @@ def cli() -> None:
 @click.option("--optimizer/--no-optimizer", default=None, help="Re-tune the inflection point online [default: on for --policy lmstream].")
 @click.option("--conf", "confs", multiple=True, metavar="KEY=VALUE", help="Extra Spark conf (repeatable), e.g. --conf spark.plugins=com.nvidia.spark.SQLPlugin.")
 @click.option("--jars", default=None, help="Comma-separated jars for Spark (spark.jars), e.g. the RAPIDS Accelerator jar.")
-def run(workload, traffic, rate, spread, policy, trigger_s, slide_s, tumbling, duration, speedup, seed, out, input_dir, spool, master, read_mode, output, device_mode, inflection_point, optimizer, confs, jars):
+@click.option("--tune", default="off", show_default=True, help="off | recommend | ds2 | learned. Parallelism tuning: record each batch's Spark stages and propose each one's parallelism (recommend), or set the source stage's input partitions by DS2's rule or the learned, monotone predictor (StreamTune).")
+@click.option("--partitions", default=2, show_default=True, type=int, help="Input partitions per batch (where the source splits batches: --read executors; the tuner starts here).")
+@click.option("--history", "history", default=None, type=click.Path(path_type=Path), help="With --tune: the tuning history store to pre-train from and to add this run to [default: the kit's data directory].")
+def run(workload, traffic, rate, spread, policy, trigger_s, slide_s, tumbling, duration, speedup, seed, out, input_dir, spool, master, read_mode, output, device_mode, inflection_point, optimizer, confs, jars, tune, partitions, history):
     """Run a stream under an admission policy and record its metrics.
 
     Shows a live progress line (batches, rows, current maximum latency) and a
@@ -99,7 +123,14 @@ def run(workload, traffic, rate, spread, policy, trigger_s, slide_s, tumbling, d
         if slide_s is not None:
             raise KitError("--slide and --tumbling exclude each other")
         slide_s = 0.0
+    if tune not in TUNE_CHOICES:
+        raise KitError(f"unknown --tune {tune!r} (use {', '.join(TUNE_CHOICES)})")
+    if not 1 <= partitions <= 4096:
+        raise KitError(f"--partitions must be between 1 and 4096, got {partitions}")
     workload = load_workload(workload)
+    controllers = _tuning_controllers(tune, partitions, history)
+    if tune in ("ds2", "learned") and read_mode == "auto":
+        read_mode = "executors"  # the tuner's knob: the source splits each batch into partitions
     if out is None:
         out = Path("runs") / f"{workload.name}-{policy}-{datetime.now():%Y%m%d-%H%M%S}"
     stream = LiveStream(
@@ -123,6 +154,8 @@ def run(workload, traffic, rate, spread, policy, trigger_s, slide_s, tumbling, d
         device_mode=device_mode,
         mapper={"inflection_point": inflection_point} if inflection_point is not None else None,
         optimizer=optimizer,
+        partitions=partitions,
+        controllers=controllers,
     )
     click.echo(
         f"lmstream-kit: {stream.workload.name} under {stream.policy.name}, "

@@ -62,6 +62,8 @@ def test_help_explains_the_commands():
         (["--conf", "spark.plugins"], ["--conf must be KEY=VALUE", "spark.plugins"]),
         (["--inflection-point", "-3"], ["inflection_point", "-3"]),
         (["--device-mode", "gpu"], ["gpu"]),
+        (["--tune", "dhalion"], ["dhalion"]),
+        (["--partitions", "0"], ["--partitions", "0"]),
     ],
 )
 def test_bad_input_gets_one_line_and_no_traceback(args, needles, tmp_path):
@@ -88,6 +90,13 @@ def test_unwritable_spool_location_is_a_user_error(tmp_path, uri):
     spool = f"file://{blocker}/spool" if uri else str(blocker / "spool")
     proc = kit("run", "--out", str(tmp_path / "run"), "--spool", spool)
     assert_user_error(proc, "spool", str(blocker / "spool"))
+
+
+def test_a_tuning_history_store_that_is_a_file_is_a_user_error(tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory")
+    assert_user_error(kit("run", "--out", str(tmp_path / "run"), "--tune", "ds2", "--history", str(blocker)),
+                      str(blocker))
 
 
 def test_compare_of_a_non_run_directory_is_a_user_error(tmp_path):
