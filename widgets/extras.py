@@ -18,9 +18,11 @@ module is imported only when its ``wanted`` or ``build`` runs, so that ``import 
 stays cheap.
 
 >>> [e.name for e in EXTRA_PANELS]
-['flumina']
+['flumina', 'tuning']
 >>> flumina_wanted(".", [{"batch_id": 0, "flumina_passes": 2}]), flumina_wanted("/nowhere", [{"batch_id": 0}])
 (True, False)
+>>> tuning_wanted(".", [{"batch_id": 0, "operators": []}, {"batch_id": 1, "operators": [{"key": "j0.s0"}]}])
+True
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from typing import Any, NamedTuple
 
 import plotly.graph_objects as go
 
-__all__ = ["EXTRA_PANELS", "ExtraPanel", "flumina_wanted"]
+__all__ = ["EXTRA_PANELS", "ExtraPanel", "flumina_wanted", "tuning_wanted"]
 
 
 class ExtraPanel(NamedTuple):
@@ -66,7 +68,25 @@ def _flumina_figures(run_dir: Path, records: Sequence[Mapping]) -> dict[str, go.
     return flumina_figures(list(records), read_plan(Path(run_dir)))
 
 
+def tuning_wanted(run_dir: Any, records: Sequence[Mapping]) -> bool:
+    """A run with operator metrics (OperatorMetrics or the ParallelismTuner): a record with a non-empty ``operators``."""
+    return any(isinstance(r.get("operators"), (list, tuple)) and len(r["operators"]) > 0 for r in records)
+
+
+def _tuning_panel(source: Any) -> Any:
+    from .tuning import TunerPanel
+
+    return TunerPanel(source)
+
+
+def _tuning_figures(run_dir: Path, records: Sequence[Mapping]) -> dict[str, go.Figure]:
+    from lmstream_kit.plots.tuning import tuner_figures
+
+    return tuner_figures(list(records))
+
+
 #: the panels a dashboard may add, in display order
 EXTRA_PANELS: tuple[ExtraPanel, ...] = (
     ExtraPanel("flumina", flumina_wanted, _flumina_panel, _flumina_figures),
+    ExtraPanel("tuning", tuning_wanted, _tuning_panel, _tuning_figures),
 )

@@ -1,5 +1,6 @@
 """Every plotly figure of lmstream_kit, as pure functions of plain data: per-batch records
-(:mod:`.batches`, :mod:`.records`), device plans (:mod:`.plan`) and bench sweeps (:mod:`.bench`)."""
+(:mod:`.batches`, :mod:`.records`, :mod:`.tuning`), device plans (:mod:`.plan`) and bench sweeps
+(:mod:`.bench`)."""
 
 from __future__ import annotations
 
@@ -19,7 +20,14 @@ from .bench import (
     pick_timeline_queries,
     within_bound_figure,
 )
-from .flumina import PLAN_NODE_COLORS, flumina_figures, joins_figure, plan_nodes, plan_tree_figure, worker_events_figure
+from .flumina import (
+    PLAN_NODE_COLORS,
+    flumina_figures,
+    joins_figure,
+    plan_nodes,
+    plan_tree_figure,
+    worker_events_figure,
+)
 from .plan import (
     DEVICE_COLORS,
     device_plan_figure,
@@ -29,15 +37,14 @@ from .plan import (
     plan_layout,
 )
 from .records import EMPTY_TEXT, change_markers, records_frame
+from .tuning import bottleneck_figure, overhead_figure, parallelism_figure, reconfigurations, tuner_figures
 
 __all__ = [
     "DEVICE_COLORS",
     "EMPTY_TEXT",
     "PLAN_NODE_COLORS",
-    "flumina_figures",
-    "joins_figure",
-    "worker_events_figure",
     "batch_size_figure",
+    "bottleneck_figure",
     "change_markers",
     "device_plan_figure",
     "fig_avg_latency",
@@ -45,17 +52,24 @@ __all__ = [
     "fig_capacity",
     "fig_fixed_latency_growth",
     "fig_throughput",
+    "flumina_figures",
     "gpu_ops_grid_figure",
     "inflection_figure",
+    "joins_figure",
     "latency_figure",
     "latest_plan",
+    "overhead_figure",
+    "parallelism_figure",
     "pick_timeline_queries",
     "plan_edges",
     "plan_layout",
     "plan_nodes",
     "plan_tree_figure",
+    "reconfigurations",
     "records_frame",
     "throughput_figure",
     "time_split_figure",
+    "tuner_figures",
     "within_bound_figure",
+    "worker_events_figure",
 ]
