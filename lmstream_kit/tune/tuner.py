@@ -60,6 +60,14 @@ class ParallelismTuner(OperatorMetrics):
         The source stage's parallelism to start from.
     pretrain : sequence of Transition
         Transitions of earlier runs of similar DAGs (:func:`~lmstream_kit.tune.predictor.transitions`).
+    knobs : mapping of stage key to kind, optional
+        The stages the tuner may set and how: ``"input"`` or ``"shuffle"`` (free, per batch) or
+        ``"state"`` (a restart; set only with ``allow_restarts``).  Default: the source stage only,
+        ``{"j0.s0": "input"}``, which is what a Spark stream of the kit offers today; the simulator
+        (:mod:`~lmstream_kit.tune.stagesim`) offers every stage.  Applied values are in
+        :attr:`applied`; the source stage's is also the ``partitions`` parameter.
+    allow_restarts : bool
+        Whether a ``"state"`` knob may be changed (each change costs a restart).
     history : path, History or pyarrow Table, optional
         A history store (:mod:`~lmstream_kit.tune.history`): at the first batch, the runs whose DAG is
         within ``max_distance`` (graph edit distance, :mod:`~lmstream_kit.tune.pretrain`) of this
@@ -100,7 +108,8 @@ class ParallelismTuner(OperatorMetrics):
                  pretrain: Sequence[Transition] = (), busy_share: float = 0.7, cooldown: int = 2, low: int = 1,
                  high: int = 64, threshold: float = 0.5, margin: float = 0.15, utilisation: float = 0.7,
                  refit_every: int = 4, pretrain_cap: int = 4000, history: Any = None, max_distance: float = 2.0,
-                 timeout_s: float = 1.0, seed: int = 0) -> None:
+                 knobs: Mapping[str, str] | None = None, allow_restarts: bool = False, timeout_s: float = 1.0,
+                 seed: int = 0) -> None:
         super().__init__(busy_share=busy_share, timeout_s=timeout_s)
         if policy not in ("learned", "ds2"):
             raise ConfigError(f"policy must be 'learned' or 'ds2', got {policy!r}")
@@ -124,6 +133,13 @@ class ParallelismTuner(OperatorMetrics):
         if self.policy == "learned" and self.pretrain:
             self.model.fit(self.pretrain)
         self.pins: dict[str, int] = {}
+        self.knobs = dict(knobs) if knobs is not None else {SOURCE_STAGE: "input"}
+        bad = {k: v for k, v in self.knobs.items() if v not in ("input", "shuffle", "state")}
+        if bad:
+            raise ConfigError(f"a knob's kind must be 'input', 'shuffle' or 'state', got {bad}")
+        self.allow_restarts = bool(allow_restarts)
+        self.applied: dict[str, int] = {SOURCE_STAGE: self.partitions} if SOURCE_STAGE in self.knobs else {}
+        self.restarts = 0  # changes of a state knob (each needs a restart)
         self._for_next = self.partitions
         self._batches: list[tuple[list[OperatorSample], int, float]] = []  # this run's data batches
         self._fitted_on = 0
@@ -171,6 +187,12 @@ class ParallelismTuner(OperatorMetrics):
         old, self.high = self.high, value
         self.log_change("high", value, old=old)
 
+    def _apply_partitions(self, value: int) -> None:
+        old, self.partitions = self.partitions, value
+        if SOURCE_STAGE in self.knobs:
+            self.applied[SOURCE_STAGE] = value
+        self.log_change("partitions", value, old=old)
+
     def pin(self, key: str, parallelism: int) -> None:
         """Hold stage ``key`` at ``parallelism`` (the source stage's is set from the next batch)."""
         p = self.param("partitions").validate(parallelism, label=f"tuner.pin({key!r})")
@@ -179,6 +201,8 @@ class ParallelismTuner(OperatorMetrics):
         self.log_change(f"pin.{key}", p, old=old)
         if key == SOURCE_STAGE and p != self.partitions:
             self.set_param("partitions", p)
+        if key in self.knobs:
+            self.applied[key] = p
 
     def release(self, key: str) -> None:
         """Let the tuner move stage ``key`` again."""
@@ -245,11 +269,20 @@ class ParallelismTuner(OperatorMetrics):
         proposal, reason = self._propose(samples, budget_s, growth, behind)
         fields.update(tuner_model=source, tuner_proposal=proposal, tuner_reason=reason)
         self.last_proposal, self.last_reason = proposal, reason
-        want = proposal.get(SOURCE_STAGE)
-        if self.mode == "apply" and want is not None and want != self.partitions \
-                and reason.get(SOURCE_STAGE, "").startswith("apply"):
-            self.set_param("partitions", want)
-            self._since_change = 0
+        if self.mode == "apply":
+            changed = False
+            for key, want in proposal.items():
+                if not reason.get(key, "").startswith("apply"):
+                    continue
+                changed = True
+                if key == SOURCE_STAGE:
+                    self.set_param("partitions", want)
+                else:
+                    self.log_change(f"parallelism.{key}", want, old=self.applied.get(key))
+                self.applied[key] = want
+                self.restarts += self.knobs.get(key) == "state"
+            if changed:
+                self._since_change = 0
         return fields
 
     def _growth(self) -> float:
@@ -277,8 +310,11 @@ class ParallelismTuner(OperatorMetrics):
             else:
                 want = ds2[s.key]
             proposal[s.key] = int(want)
-            if s.key != SOURCE_STAGE:
+            kind = self.knobs.get(s.key)
+            if kind is None:
                 reason[s.key] = _FIXED_REASON if s.job == 0 else "fixed: not a knob of the lmstream source"
+            elif kind == "state" and not self.allow_restarts and want != s.tasks:
+                reason[s.key] = "fixed: state-store partitions change only with a restart (allow_restarts=False)"
             elif want == s.tasks:
                 reason[s.key] = "hold: no change needed"
             elif want < s.tasks and behind:
