@@ -225,7 +225,7 @@ def _changes_once(at_batch: int, change: dict):
 
 def test_a_state_knob_change_costs_a_restart_and_an_input_change_is_free():
     dag, start = _toy(), {"read": 2, "agg": 2}
-    kw = dict(cores=4, bound_s=4.0, start_parallelism=start, restart_s=30.0, duration_s=80.0)
+    kw = {"cores": 4, "bound_s": 4.0, "start_parallelism": start, "restart_s": 30.0, "duration_s": 80.0}
     free = simulate_stream(dag, steady(10_000), _changes_once(3, {"read": 4}), **kw)
     restart = simulate_stream(dag, steady(10_000), _changes_once(3, {"agg": 3}), **kw)
     assert (free.summary["reconfigurations"], free.summary["free_reconfigurations"], free.summary["restarts"]) == (1, 1, 0)
@@ -246,7 +246,7 @@ def test_a_steady_stream_with_enough_parallelism_keeps_the_bound_and_with_too_li
     rate, bound = 1_000_000, 4.0
     need = oracle_parallelism(dag, rate, cores=16, bound_s=bound)
     assert need is not None and sum(need.values()) > 2
-    kw = dict(cores=16, bound_s=bound, duration_s=120.0, seed=None)
+    kw = {"cores": 16, "bound_s": bound, "duration_s": 120.0, "restart_s": 10.0, "seed": None}
     ok = simulate_stream(dag, steady(rate), None, start_parallelism=need, **kw)
     assert ok.summary["violation_s"] == 0.0 and ok.summary["reconfigurations"] == 0
     assert all(b["within_bound"] and b["provisioning"] == "ok" for b in ok.batches)
@@ -277,7 +277,7 @@ def test_every_registered_dag_simulates_and_reads_back_through_operator_samples(
             assert s.records_in == 50_000
         assert s.run_s >= 0 and s.wall_s > 0
     run = simulate_stream(dag, step(2000, up_at=20, down_at=40), None, cores=8, bound_s=4.0,
-                          start_parallelism=p, duration_s=60.0, seed=1, oracle_limit=16)
+                          start_parallelism=p, restart_s=10.0, duration_s=60.0, seed=1, oracle_limit=16)
     assert run.summary["simulated"] is True and run.summary["calibration"].endswith(DEFAULT_CALIBRATION_NAME)
     assert run.summary["batches"] >= 10
 

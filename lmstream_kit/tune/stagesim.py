@@ -12,8 +12,8 @@ any tuner read simulated and real batches the same way.  The model and its limit
 >>> [(s["numTasks"], s["executorRunTime"], s["completionTime"] - s["submissionTime"])
 ...  for s in simulate_batch(dag, {"read": 4, "agg": 2}, rows=40_000, cores=2)]
 [(4, 440, 270), (2, 440, 270)]
->>> oracle_parallelism(dag, rate=20_000, cores=4, bound_s=4.0)  # a 2 s batch of 40,000 rows in 2 s
-{'read': 1, 'agg': 1}
+>>> oracle_parallelism(dag, rate=100_000, cores=4, bound_s=2.0)  # a batch a second, processed in one
+{'read': 3, 'agg': 2}
 """
 
 from __future__ import annotations
@@ -36,13 +36,17 @@ __all__ = [
     "CALIBRATION_FORMAT",
     "DAGS",
     "DEFAULT_CALIBRATION",
+    "DEFAULT_CALIBRATION_NAME",
+    "FREE_KNOBS",
     "KNOBS",
+    "MAX_PARALLELISM",
     "Calibration",
     "DagSpec",
     "RateSchedule",
     "StageSpec",
     "StageTime",
     "StreamRun",
+    "Tuner",
     "batch_seconds",
     "build_dags",
     "diurnal",
@@ -614,12 +618,13 @@ class StreamRun(NamedTuple):
     summary: dict
 
 
+#: a tuner: ``tuner(stages, batch)`` -> new parallelism (stage names, keys or knobs) or None
 Tuner = Callable[[list, dict], "Mapping[str, int] | None"]
 
 
 def simulate_stream(dag: DagSpec, rate_schedule: RateSchedule, tuner: Tuner | None = None, *, cores: int,
-                    bound_s: float, start_parallelism: Mapping[str, int], restart_s: float = 30.0,
-                    duration_s: float = 600.0, batch_interval_s: float | None = None, seed: Any = None,
+                    bound_s: float, start_parallelism: Mapping[str, int], restart_s: float,
+                    duration_s: float, batch_interval_s: float | None = None, seed: Any = None,
                     oracle_limit: int = MAX_PARALLELISM) -> StreamRun:
     """A micro-batch stream on a virtual clock, tuned after every batch by ``tuner`` (simulated numbers).
 
@@ -697,7 +702,7 @@ def simulate_stream(dag: DagSpec, rate_schedule: RateSchedule, tuner: Tuner | No
         new = resolve_parallelism(dag, proposal, base=current) if proposal else current
         changed = [n for n in current if new[n] != current[n]]
         reconfigured = bool(changed)
-        restarted = any(dag.stage(n).knob == "state" for n in changed)
+        restarted = any(dag.stage(n).knob not in FREE_KNOBS for n in changed)
         current = new
         grid = (math.floor(start / interval + 1e-9) + 1) * interval
         prev_cut = start
