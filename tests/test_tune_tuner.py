@@ -174,3 +174,17 @@ def test_the_tuner_pretrains_on_the_runs_of_similar_dags_in_the_history(tmp_path
     f = t.observe(batch(6, 0.9), rows=10_000, budget_s=1.0, behind=False)
     assert t.pretrain_dags == near and len(t.pretrain) == 10
     assert f["tuner_model"] == "learned: 10 pre-training transitions of 1 similar DAGs, 0 of this run"
+
+
+def test_split_budget_gives_each_stage_its_share_of_the_batch():
+    """Stages of a batch run one after the other: with split_budget a stage gets the share of the budget
+    that needs the least total parallelism (in proportion to the root of its work), and DS2's rule uses it."""
+    t = tuner(policy="ds2", partitions=1, cooldown=0, knobs={SOURCE_STAGE: "input", "j0.s1": "shuffle"},
+              split_budget=True)
+    heavy, light = stage(SOURCE_STAGE, 1, 4.0 - OVERHEAD), stage("j0.s1", 1, 1.0 - OVERHEAD, position=1)
+    f = t.observe([heavy, light], rows=10_000, budget_s=3.0, behind=False)
+    # budgets 2 s and 1 s: ceil(4 / (2 * 0.7)) = 3 and ceil(1 / (1 * 0.7)) = 2
+    assert f["tuner_proposal"] == {SOURCE_STAGE: 3, "j0.s1": 2} and t.applied == {SOURCE_STAGE: 3, "j0.s1": 2}
+    whole = tuner(policy="ds2", partitions=1, cooldown=0, knobs={SOURCE_STAGE: "input", "j0.s1": "shuffle"})
+    assert whole.observe([heavy, light], rows=10_000, budget_s=3.0, behind=False)["tuner_proposal"] == {
+        SOURCE_STAGE: 2, "j0.s1": 1}

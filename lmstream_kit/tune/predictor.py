@@ -39,7 +39,7 @@ from ..exceptions import ConfigError
 from .history import stage_dag
 from .operators import OperatorSample
 
-__all__ = ["FEATURES", "BottleneckModel", "Transition", "embed", "transitions"]
+__all__ = ["FEATURES", "BottleneckModel", "Transition", "embed", "stage_budgets", "transitions"]
 
 #: the model's features, in order, and their monotonic constraint (-1: the probability does not
 #: increase with it, +1: does not decrease, 0: free)
@@ -112,20 +112,48 @@ def _features(next_p: int, p: int, work: float, growth: float, dag: Sequence[flo
             math.log2(max(p, 1)), *[float(v) for v in dag]]
 
 
-def transitions(batches: Sequence[tuple[Sequence[OperatorSample], int, float]]) -> list[Transition]:
-    """The transitions of consecutive batches ``(operators, rows, budget_s)`` of one run (same keys)."""
+def stage_budgets(samples: Sequence[OperatorSample], budget_s: float) -> dict[str, float]:
+    """Each stage's share of the batch's budget when its stages run one after the other.
+
+    The split that needs the least total parallelism: minimising ``sum p_i`` subject to
+    ``sum w_i / p_i <= budget`` (``w_i`` a stage's useful task-seconds) gives each stage a time in
+    proportion to ``sqrt(w_i)`` (a Lagrange multiplier; per-task costs left aside).  Stages without
+    work share equally what is left of a tiny floor.
+
+    >>> from lmstream_kit.tune.operators import OperatorSample
+    >>> def op(key, useful):
+    ...     return OperatorSample(key, 0, 0, 0, "", 1, 1, 1, useful, useful, useful, None, None, None, False)
+    >>> {k: round(v, 6) for k, v in stage_budgets([op("a", 4.0), op("b", 1.0)], 3.0).items()}
+    {'a': 2.0, 'b': 1.0}
+    """
+    roots = {s.key: math.sqrt(max(s.useful_s, 0.0)) + 1e-9 for s in samples}
+    total = sum(roots.values())
+    return {k: budget_s * r / total for k, r in roots.items()} if total > 0 else {}
+
+
+def transitions(batches: Sequence[tuple[Sequence[OperatorSample], int, float]], *,
+                split_budget: bool = False, busy_share: float = 0.7) -> list[Transition]:
+    """The transitions of consecutive batches ``(operators, rows, budget_s)`` of one run (same keys).
+
+    ``split_budget``: a stage's budget is its share of the batch's (:func:`stage_budgets`: the stages
+    of a micro-batch run one after the other), and the label is recomputed from it (``load`` above
+    ``busy_share``); otherwise the work is over the whole budget and the label is the sample's own.
+    """
     out = []
-    for (ops, rows, budget), (nxt, rows_next, _) in zip(batches, batches[1:]):
-        if not rows or not rows_next or not budget or budget <= 0:
+    for (ops, rows, budget), (nxt, rows_next, budget_next) in zip(batches, batches[1:]):
+        if not rows or not rows_next or not budget or budget <= 0 or not budget_next or budget_next <= 0:
             continue
+        mine = stage_budgets(ops, budget) if split_budget else {}
+        theirs = stage_budgets(nxt, budget_next) if split_budget else {}
         emb = embed(ops)
         later = {s.key: s for s in nxt}
         for s in ops:
             n = later.get(s.key)
             if n is None or s.useful_s <= 0:
                 continue
-            out.append(Transition(s.key, s.tasks, n.tasks, s.useful_s / budget, rows_next / rows,
-                                  tuple(float(v) for v in emb[s.key]), bool(n.bottleneck)))
+            label = n.useful_s / n.tasks / theirs[n.key] > busy_share if split_budget else bool(n.bottleneck)
+            out.append(Transition(s.key, s.tasks, n.tasks, s.useful_s / mine.get(s.key, budget), rows_next / rows,
+                                  tuple(float(v) for v in emb[s.key]), bool(label)))
     return out
 
 
@@ -178,17 +206,18 @@ class BottleneckModel:
         with _quiet():
             return float(self._model.predict_proba(x)[0, 1])
 
+    def curve(self, p: int, work_over_budget: float, growth: float, dag: Sequence[float], *, low: int = 1,
+              high: int = 64) -> np.ndarray:
+        """P(bottleneck) at every ``p'`` from ``low`` to ``high`` (non-increasing), in one prediction."""
+        if self._model is None:
+            raise ConfigError("the bottleneck model is not fitted yet (it needs both labels in its data)")
+        x = np.array([_features(q, p, work_over_budget, growth, dag) for q in range(int(low), int(high) + 1)])
+        with _quiet():
+            return self._model.predict_proba(x)[:, 1]
+
     def smallest(self, p: int, work_over_budget: float, growth: float, dag: Sequence[float], *, low: int = 1,
                  high: int = 64, threshold: float = 0.5) -> int:
         """The smallest ``p'`` in ``[low, high]`` predicted not to be a bottleneck (``high`` if none)."""
-        lo, hi = int(low), int(high)
-        if self.probability(hi, p, work_over_budget, growth, dag) >= threshold:
-            return hi
-        while lo < hi:  # monotone: bisect
-            mid = (lo + hi) // 2
-            if self.probability(mid, p, work_over_budget, growth, dag) < threshold:
-                hi = mid
-            else:
-                lo = mid + 1
-        return lo
-
+        probs = self.curve(p, work_over_budget, growth, dag, low=low, high=high)
+        below = np.flatnonzero(probs < threshold)
+        return int(low) + int(below[0]) if below.size else int(high)

@@ -109,8 +109,10 @@ def _one_batch_per_fingerprint(history) -> dict[str, list[dict]]:
     return ops
 
 
-def history_transitions(history, fingerprints: Iterable[str] | None = None) -> list[Transition]:
-    """The transitions of every run in ``history`` (restricted to ``fingerprints`` when given)."""
+def history_transitions(history, fingerprints: Iterable[str] | None = None, *, split_budget: bool = False,
+                        busy_share: float = 0.7) -> list[Transition]:
+    """The transitions of every run in ``history`` (restricted to ``fingerprints`` when given; the
+    keywords as :func:`~lmstream_kit.tune.predictor.transitions` takes them)."""
     if history is None or history.num_rows == 0:
         return []
     wanted = None if fingerprints is None else set(fingerprints)
@@ -127,7 +129,7 @@ def history_transitions(history, fingerprints: Iterable[str] | None = None) -> l
             budget = ops[0]["bound_s"]
             seq.append(([_sample(r) for r in sorted(ops, key=lambda r: (r["job"], r["position"]))],
                         int(ops[0]["batch_rows"] or 0), float(budget) if budget else 0.0))
-        out += transitions(seq)
+        out += transitions(seq, split_budget=split_budget, busy_share=busy_share)
     return out
 
 

@@ -34,12 +34,14 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import numpy as np
+
 from ..exceptions import ConfigError
 from ..protocol import ADMISSION, BatchContext, Param
 from .ds2 import ds2_parallelism
 from .knobs import MAX_INPUT_PARTITIONS
 from .operators import OperatorMetrics, OperatorSample
-from .predictor import BottleneckModel, Transition, embed, transitions
+from .predictor import BottleneckModel, Transition, embed, stage_budgets, transitions
 
 __all__ = ["SOURCE_STAGE", "ParallelismTuner"]
 
@@ -68,6 +70,10 @@ class ParallelismTuner(OperatorMetrics):
         :attr:`applied`; the source stage's is also the ``partitions`` parameter.
     allow_restarts : bool
         Whether a ``"state"`` knob may be changed (each change costs a restart).
+    split_budget : bool
+        Give each stage its share of the batch's budget (they run one after the other; the share
+        that needs the least total parallelism, :func:`~lmstream_kit.tune.predictor.stage_budgets`)
+        instead of the whole budget; the load, DS2's rule and the model's labels all use it.
     history : path, History or pyarrow Table, optional
         A history store (:mod:`~lmstream_kit.tune.history`): at the first batch, the runs whose DAG is
         within ``max_distance`` (graph edit distance, :mod:`~lmstream_kit.tune.pretrain`) of this
@@ -76,7 +82,7 @@ class ParallelismTuner(OperatorMetrics):
         The largest graph edit distance of a DAG in this query's cluster.
     busy_share, cooldown, low, high, threshold, margin, utilisation : see :attr:`PARAMS`.
     refit_every : int
-        Refit the model after this many new transitions of this run.
+        Refit the model after this many batches of this run.
     pretrain_cap : int
         At most this many pre-training transitions (a seeded sample), so that a refit stays light.
     """
@@ -108,8 +114,8 @@ class ParallelismTuner(OperatorMetrics):
                  pretrain: Sequence[Transition] = (), busy_share: float = 0.7, cooldown: int = 2, low: int = 1,
                  high: int = 64, threshold: float = 0.5, margin: float = 0.15, utilisation: float = 0.7,
                  refit_every: int = 4, pretrain_cap: int = 4000, history: Any = None, max_distance: float = 2.0,
-                 knobs: Mapping[str, str] | None = None, allow_restarts: bool = False, timeout_s: float = 1.0,
-                 seed: int = 0) -> None:
+                 knobs: Mapping[str, str] | None = None, allow_restarts: bool = False, split_budget: bool = False,
+                 timeout_s: float = 1.0, seed: int = 0) -> None:
         super().__init__(busy_share=busy_share, timeout_s=timeout_s)
         if policy not in ("learned", "ds2"):
             raise ConfigError(f"policy must be 'learned' or 'ds2', got {policy!r}")
@@ -138,6 +144,7 @@ class ParallelismTuner(OperatorMetrics):
         if bad:
             raise ConfigError(f"a knob's kind must be 'input', 'shuffle' or 'state', got {bad}")
         self.allow_restarts = bool(allow_restarts)
+        self.split_budget = bool(split_budget)
         self.applied: dict[str, int] = {SOURCE_STAGE: self.partitions} if SOURCE_STAGE in self.knobs else {}
         self.restarts = 0  # changes of a state knob (each needs a restart)
         self._for_next = self.partitions
@@ -171,7 +178,8 @@ class ParallelismTuner(OperatorMetrics):
             table = read_history(source)
         self.pretrain_dags = similar_fingerprints(table, samples, max_distance=self.max_distance)
         if self.pretrain_dags:
-            self.pretrain = self._capped(self.pretrain + history_transitions(table, self.pretrain_dags))
+            self.pretrain = self._capped(self.pretrain + history_transitions(
+                table, self.pretrain_dags, split_budget=self.split_budget, busy_share=self.busy_share))
             self.model.fit(self.pretrain)
 
     # -- live parameters ----------------------------------------------------------------------
@@ -257,10 +265,11 @@ class ParallelismTuner(OperatorMetrics):
         if self.policy == "learned":
             if self.history is not None:
                 self._pretrain_from_history(samples)
-            own = transitions(self._batches)
-            if len(own) - self._fitted_on >= self.refit_every or (not self.model.ready and len(own) > self._fitted_on):
+            own = transitions(self._batches, split_budget=self.split_budget, busy_share=self.busy_share)
+            batches = len(self._batches)
+            if own and (batches - self._fitted_on >= self.refit_every or not self.model.ready):
                 self.model.fit(self.pretrain, own)
-                self._fitted_on = len(own)
+                self._fitted_on = batches
             if self.model.ready:
                 source = (f"learned: {len(self.pretrain)} pre-training transitions"
                           f"{f' of {len(self.pretrain_dags)} similar DAGs' if self.pretrain_dags else ''}, "
@@ -292,21 +301,24 @@ class ParallelismTuner(OperatorMetrics):
 
     def _propose(self, samples: Sequence[OperatorSample], budget_s: float, growth: float,
                  behind: bool) -> tuple[dict[str, int], dict[str, str]]:
-        ds2 = ds2_parallelism(samples, budget_s=budget_s, utilisation=self.utilisation, growth=growth,
-                              low=self.low, high=self.high)
+        budgets = stage_budgets(samples, budget_s) if self.split_budget else {s.key: budget_s for s in samples}
+        ds2 = {s.key: ds2_parallelism([s], budget_s=budgets[s.key], utilisation=self.utilisation, growth=growth,
+                                      low=self.low, high=self.high)[s.key] for s in samples}
         emb = embed(samples) if self.policy == "learned" and self.model.ready else {}
         proposal, reason = {}, {}
         for s in samples:
             if s.key in self.pins:
                 proposal[s.key], reason[s.key] = self.pins[s.key], "pinned"
                 continue
-            work = s.useful_s / budget_s
-            if emb:
-                want = self.model.smallest(s.tasks, work, growth, emb[s.key], low=self.low, high=self.high,
-                                           threshold=self.threshold)
+            work = s.useful_s / budgets[s.key]
+            probs = self.model.curve(s.tasks, work, growth, emb[s.key], low=self.low, high=self.high) if emb else None
+            if probs is not None and probs[-1] >= self.threshold:
+                want = ds2[s.key]  # the model knows no parallelism without a bottleneck here: DS2's rule
+            elif probs is not None:
+                want = self.low + int(np.flatnonzero(probs < self.threshold)[0])
                 if want < s.tasks:  # hysteresis: scale down only as far as is clearly safe
-                    want = min(s.tasks, self.model.smallest(s.tasks, work, growth, emb[s.key], low=self.low,
-                                                            high=self.high, threshold=self.threshold - self.margin))
+                    safe = np.flatnonzero(probs < self.threshold - self.margin)
+                    want = min(s.tasks, self.low + int(safe[0])) if safe.size else s.tasks
             else:
                 want = ds2[s.key]
             proposal[s.key] = int(want)
