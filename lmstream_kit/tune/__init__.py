@@ -16,9 +16,17 @@ from .knobs import MAX_INPUT_PARTITIONS, InputPartitions
 from .operators import OperatorMetrics, OperatorSample, operator_samples
 from .pretrain import dag_distance, history_transitions, similar_fingerprints, stage_graph
 from .predictor import BottleneckModel, Transition, transitions
+from .stagesim import DAGS, DagSpec, StageSpec, load_calibration, oracle_parallelism, simulate_batch, simulate_stream
 from .tuner import SOURCE_STAGE, ParallelismTuner
 
 __all__ = [
+    "DAGS",
+    "DagSpec",
+    "StageSpec",
+    "load_calibration",
+    "oracle_parallelism",
+    "simulate_batch",
+    "simulate_stream",
     "BottleneckModel",
     "ParallelismTuner",
     "SOURCE_STAGE",
