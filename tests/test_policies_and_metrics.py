@@ -108,8 +108,12 @@ def test_arrow_schema_maps_to_spark_ddl_and_back():
     s = spark_compatible(schema)
     assert s.field("a").nullable and s.field("b").type == pa.string()
     assert s.field("t").type == pa.timestamp("us", tz="UTC")
+    # lists of supported types become arrays (a Flumina page view's payload); other nested types do not
+    assert spark_ddl(pa.schema([("x", pa.list_(pa.int8()))])) == "`x` array<tinyint>"
+    assert spark_compatible(pa.schema([("x", pa.list_(pa.int64()))])).field("x").type == pa.list_(
+        pa.field("element", pa.int64()))
     with pytest.raises(ConfigError, match="column 'x'"):
-        spark_ddl(pa.schema([("x", pa.list_(pa.int8()))]))
+        spark_ddl(pa.schema([("x", pa.struct([("a", pa.int8())]))]))
 
 
 def test_checkpoint_offsets_reads_planned_and_committed_feed_offsets(tmp_path):
