@@ -19,19 +19,15 @@ tuner's proposal and its reason.
 from __future__ import annotations
 
 import html
-import threading
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 import plotly.graph_objects as go
 
-from lmstream_kit.exceptions import ConfigError
 from lmstream_kit.plots.tuning import EMPTY_TUNING_TEXT, operator_keys, tuner_figures
 
 from .extras import tuning_wanted
-from .redraw import _copy_into
-from .sources import RecordBuffer, detach_live, load_run
+from .recordpanel import RecordPanel
 
 __all__ = ["FIGURE_KEYS", "TunerPanel", "proposal_rows", "proposal_table_html"]
 
@@ -90,7 +86,7 @@ def proposal_table_html(records: Sequence[Mapping]) -> str:
             + "\n</table></div>")
 
 
-class TunerPanel:
+class TunerPanel(RecordPanel):
     """Each operator's parallelism and load over time, bottlenecks observed and predicted, the
     reconfigurations, the tuner's overhead and its last proposal, of a stream or a run.
 
@@ -109,79 +105,28 @@ class TunerPanel:
         What a notebook cell displays.
     """
 
+    figure_keys = FIGURE_KEYS
+    css_class = "lmstream-tuner"
+
     def __init__(self, source: Any) -> None:
-        self._buffer = RecordBuffer()
-        self._lock = threading.Lock()
-        self.stream = None
-        if isinstance(source, (str, Path)):
-            self.run_dir = Path(source)
-            load_run(self.run_dir, self._buffer)
-        elif hasattr(source, "on_batch") and hasattr(source, "run_dir"):
-            self.stream = source
-            self.run_dir = Path(source.run_dir)
-        else:
-            raise ConfigError(f"TunerPanel source must be a LiveStream or a run directory, got {type(source).__name__}")
-        self.figures: dict[str, Any] = {}
         self.table = None
-        self.widget = None
-        try:
-            import ipywidgets as W
+        super().__init__(source)
 
-            self.figures = {k: go.FigureWidget(layout={"height": 340}) for k in FIGURE_KEYS}
-            self.table = W.HTML()
-            self.widget = W.VBox([self.figures["parallelism"], self.figures["bottlenecks"],
-                                  W.HBox([self.figures["overhead"], self.table])])
-            self.widget.add_class("lmstream-tuner")
-        except ImportError:
-            pass
-        self._forward = None
-        if self.stream is not None:
-            self._forward = self._on_batch
-            self.stream.on_batch(self._forward)
-            self._buffer.seed(self.stream.records)  # after registering: no batch falls in between
-        self.refresh()
+    def _layout(self, W: Any) -> Any:
+        self.table = W.HTML()
+        return W.VBox([self.figures["parallelism"], self.figures["bottlenecks"],
+                       W.HBox([self.figures["overhead"], self.table])])
 
-    def _on_batch(self, record: dict) -> None:
-        """The stream's on_batch callback (Spark's thread): buffer the record and redraw."""
-        self._buffer.push(record)
-        try:
-            self.refresh()
-        except Exception:  # noqa: BLE001, S110  (a failed redraw must never stop the stream's batches)
-            pass
+    def _figures(self, records: list[dict]) -> dict[str, go.Figure]:
+        return tuner_figures(records)
 
-    @property
-    def records(self) -> list[dict]:
-        return self._buffer.records()
-
-    def snapshot(self) -> dict[str, go.Figure]:
-        """Static copies of the figures (what a saved notebook keeps)."""
-        return tuner_figures(self.records)
+    def _redrawn(self, records: list[dict]) -> None:
+        if self.table is not None:
+            self.table.value = proposal_table_html(records)
 
     def table_html(self) -> str:
         """The last batch's proposal and reason per operator, as HTML."""
         return proposal_table_html(self.records)
 
-    def refresh(self) -> None:
-        """Redraw from the records received so far."""
-        if not self.figures:
-            return
-        with self._lock:
-            records = self.records
-            figs = tuner_figures(records)
-            for key, widget in self.figures.items():
-                if key in figs:
-                    _copy_into(widget, figs[key])
-            if self.table is not None:
-                self.table.value = proposal_table_html(records)
-
-    def close(self) -> None:
-        """Stop following the stream (its batches go on)."""
-        if self.stream is not None and self._forward is not None:
-            detach_live(self.stream, self._forward)
-            self._forward = None
-        self._buffer.close()
-
-    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None, **kwargs: Any) -> dict:
-        if self.widget is not None:
-            return self.widget._repr_mimebundle_(include=include, exclude=exclude, **kwargs)
-        return {"text/plain": f"TunerPanel({self.run_dir})", "text/html": self.table_html()}
+    def _text(self) -> dict:
+        return {**super()._text(), "text/html": self.table_html()}
