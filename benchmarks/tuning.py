@@ -37,90 +37,11 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from lmstream_kit.bench.outputs import machine_info  # noqa: E402
-from lmstream_kit.tune.operators import operator_samples  # noqa: E402
-from lmstream_kit.tune.predictor import transitions  # noqa: E402
-from lmstream_kit.tune.pretrain import dag_distance, stage_graph  # noqa: E402
-from lmstream_kit.tune.stagesim import (DAGS, diurnal, oracle_parallelism, simulate_batch, simulate_stream,  # noqa: E402
-                                        steady, step)
-from lmstream_kit.tune.tuner import ParallelismTuner  # noqa: E402
-
-TUNERS = ("ds2", "streamtune", "streamtune-cold", "static-peak")
-
-
-def base_rate(dag, *, cores: int, bound_s: float, target: int) -> float:
-    """The rate at which the oracle's busiest stage needs about ``target`` tasks (bisection on the rate)."""
-    lo, hi = 1.0, 1e9
-
-    def busiest(rate: float) -> int:
-        o = oracle_parallelism(dag, rate, cores, bound_s)
-        return 10**6 if o is None else max(o.values())
-
-    for _ in range(60):
-        mid = (lo * hi) ** 0.5
-        if busiest(mid) < target:
-            lo = mid
-        else:
-            hi = mid
-        if hi / lo < 1.02:
-            break
-    return lo
-
-
-def seed_history(dags: dict, rates: dict, *, cores: int, bound_s: float, seed: int, batches: int = 60) -> dict:
-    """``{dag: [Transition]}``: exploration batches of every DAG at random parallelism and rates."""
-    rng = np.random.default_rng(seed)
-    budget = bound_s / 2
-    out = {}
-    for name, dag in dags.items():
-        knobs = dag.stage_knobs()
-        names = {k: n for n, k in dag.keys.items()}
-        seq = []
-        for _ in range(batches):
-            rate = rates[name] * float(rng.uniform(0.3, 3.5))
-            rows = int(rate * budget)
-            p = {names[k]: int(rng.integers(1, 49)) for k in knobs}
-            stages = simulate_batch(dag, p, rows, cores, seed=int(rng.integers(2**31))) if p else []
-            seq.append((operator_samples(stages, budget_s=budget), rows, budget))
-        out[name] = transitions(seq, split_budget=True)
-    return out
-
-
-def cluster_of(dags: dict, *, cores: int) -> dict:
-    """``{dag: [dags within graph edit distance 2]}`` from one simulated batch of each."""
-    graphs = {n: stage_graph(operator_samples(simulate_batch(d, {s.name: 1 for s in d.order if s.knob != "fixed"}
-                                                             | {s.name: s.fixed_tasks for s in d.order
-                                                                if s.knob == "fixed"}, 10_000, cores),
-                                              budget_s=1.0))
-              for n, d in dags.items()}
-    return {a: [b for b in dags if dag_distance(graphs[a], graphs[b]) <= 2.0] for a in dags}
-
-
-def make_tuner(kind: str, dag, *, pretrain, start: int, cooldown: int, high: int, seed: int):
-    knobs = dag.stage_knobs()
-    policy = "ds2" if kind == "ds2" else "learned"
-    tuner = ParallelismTuner(policy=policy, partitions=start, knobs=knobs, allow_restarts=True, cooldown=cooldown,
-                             low=1, high=high, pretrain=pretrain if kind == "streamtune" else (), refit_every=8,
-                             split_budget=True, seed=seed)
-    tuner.applied = {k: start for k in knobs}
-
-    def step_fn(stages, view):
-        budget = min(view["batch_interval_s"], view["bound_s"] - view["batch_interval_s"])
-        samples = operator_samples(stages, budget_s=budget, busy_share=tuner.busy_share)
-        before = dict(tuner.applied)
-        tuner.observe(samples, rows=int(view["rows"]), budget_s=budget, behind=not view["within_bound"])
-        return {k: v for k, v in tuner.applied.items() if before.get(k) != v} or None
-
-    return step_fn
-
-
-def schedules(rate: float, duration: float) -> dict:
-    return {"steady": steady(rate), "step": step(rate, 3.0, up_at=duration / 3, down_at=2 * duration / 3),
-            "diurnal": diurnal(rate * 1.5, rate, duration / 1.5)}
+from lmstream_kit.tune.compare import TUNERS, base_rate, cluster_of, compare, schedules, seed_history  # noqa: E402
+from lmstream_kit.tune.stagesim import DAGS  # noqa: E402
 
 
 def main(argv=None) -> int:
@@ -163,34 +84,13 @@ def main(argv=None) -> int:
         pretrain = [t for other in clusters[name] for t in history[other]]
         for sched_name in names:
             sched = schedules(rates[name], args.duration)[sched_name]
-            peak = max(sched.rate(t) for t in np.linspace(0, args.duration, 721))
             for rep in range(args.reps):
-                for kind in kinds:
-                    bar.set_postfix_str(f"{name} {sched_name} {kind}")
-                    if kind == "static-peak":
-                        start = oracle_parallelism(dag, peak, args.cores, args.bound) or {
-                            s.name: (s.fixed_tasks if s.knob == "fixed" else args.cores) for s in dag.order}
-                        tuner = None
-                    else:
-                        start = {s.name: (s.fixed_tasks if s.knob == "fixed" else args.start) for s in dag.order}
-                        tuner = make_tuner(kind, dag, pretrain=pretrain, start=args.start, cooldown=args.cooldown,
-                                           high=args.cores, seed=args.seed + rep)
-                    t0 = time.perf_counter()
-                    run = simulate_stream(dag, sched, tuner, cores=args.cores, bound_s=args.bound,
-                                          start_parallelism=start, restart_s=args.restart,
-                                          duration_s=args.duration, seed=args.seed * 1000 + rep)
-                    s = run.summary
-                    runs.append({"dag": name, "schedule": sched_name, "rep": rep, "tuner": kind,
-                                 "base_rate": round(rates[name], 1), "pretrain_transitions": len(pretrain)
-                                 if kind == "streamtune" else 0, "wall_s": round(time.perf_counter() - t0, 3),
-                                 **{k: s[k] for k in ("reconfigurations", "free_reconfigurations", "restarts",
-                                                      "restart_downtime_s", "violation_s", "over_provisioned_s",
-                                                      "under_provisioned_s", "converge_s", "final_total_parallelism",
-                                                      "oracle_total_parallelism", "max_latency_s", "batches",
-                                                      "tuner_s_mean")},
-                                 "final_parallelism": s["final_parallelism"], "simulated": True,
-                                 "calibration": s["calibration"]})
-                    bar.update()
+                bar.set_postfix_str(f"{name} {sched_name} rep {rep}")
+                rows = compare(dag, sched, kinds, pretrain=pretrain, cores=args.cores, bound_s=args.bound,
+                               duration_s=args.duration, start=args.start, cooldown=args.cooldown,
+                               restart_s=args.restart, seed=args.seed * 1000 + rep, tuner_seed=args.seed + rep)
+                runs += [{"schedule": sched_name, "rep": rep, "base_rate": round(rates[name], 1), **r} for r in rows]
+                bar.update(len(rows))
     bar.close()
 
     summary = []

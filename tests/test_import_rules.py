@@ -23,7 +23,7 @@ PURE = {
     "lmstream_kit.flumina.streams", "lmstream_kit.flumina.examples", "lmstream_kit.flumina.speculate",
     "lmstream_kit.flumina.batches", "lmstream_kit.flumina.tables",
     "lmstream_kit.tune", "lmstream_kit.tune.operators", "lmstream_kit.tune.knobs", "lmstream_kit.tune.ds2",
-    "lmstream_kit.tune.predictor", "lmstream_kit.tune.tuner", "lmstream_kit.tune.history", "lmstream_kit.tune.pretrain",
+    "lmstream_kit.tune.predictor", "lmstream_kit.tune.tuner", "lmstream_kit.tune.history", "lmstream_kit.tune.pretrain", "lmstream_kit.tune.compare",
     "lmstream_kit.tune.stagesim",
 }
 #: modules that may use the engine adapter layer

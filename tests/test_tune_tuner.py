@@ -188,3 +188,17 @@ def test_split_budget_gives_each_stage_its_share_of_the_batch():
     whole = tuner(policy="ds2", partitions=1, cooldown=0, knobs={SOURCE_STAGE: "input", "j0.s1": "shuffle"})
     assert whole.observe([heavy, light], rows=10_000, budget_s=3.0, behind=False)["tuner_proposal"] == {
         SOURCE_STAGE: 2, "j0.s1": 1}
+
+
+def test_compare_runs_every_tuner_from_the_same_start_in_the_simulator():
+    from lmstream_kit.tune.compare import base_rate, compare, schedules
+    from lmstream_kit.tune.stagesim import DAGS
+
+    dag = DAGS["LR2S"]
+    rate = base_rate(dag, cores=16, bound_s=4.0, target=4)
+    rows = compare(dag, schedules(rate, 60.0)["step"], ("ds2", "static-peak"), pretrain=(), cores=16, bound_s=4.0,
+                   duration_s=60.0, seed=1)
+    assert [r["tuner"] for r in rows] == ["ds2", "static-peak"] and all(r["simulated"] for r in rows)
+    ds2, peak = rows
+    assert peak["reconfigurations"] == 0 and ds2["reconfigurations"] > 0 and peak["batches"] > 20
+    assert max(peak["final_parallelism"].values()) >= 4  # provisioned for the x3 peak
