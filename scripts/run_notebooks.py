@@ -41,6 +41,7 @@ FULL_PARAMS: dict[str, dict] = {
     "05_custom_controller": {"speedup": 2.5, "batches": 8, "batches_after": 8},
     "06_your_own_query": {"speedup": 2.0, "batches": 12, "attach_batches": 10},
     "07_fork_join": {"duration_s": 60, "rate": 40000, "python_events": 1_000_000},
+    "08_parallelism_tuning": {"duration_s": 60, "sim_dags": "LR1S,LR2S,CM1S,Q3,Q5,Q7", "sim_duration_s": 240},
     "lab_01_latency_bounds": {"speedup": 2.5, "batches": 6},
 }
 

@@ -266,6 +266,24 @@ def check_fork_join(nb, run_dir: Path, summary: dict) -> None:
     assert "Events per worker and micro-batch" in titles and "Joins over time" in titles, titles
 
 
+def check_parallelism_tuning(nb, run_dir: Path, summary: dict) -> None:
+    real = summary["real"]
+    assert real["batches"] >= 3, real
+    # the tuner moved the source stage's partitions away from where it started, and Spark ran what was asked
+    assert real["changes"] and real["changes"][0][0] == real["start"], real
+    assert real["source_tasks"] == real["input_partitions"], real
+    assert real["source_tasks"][-1] == real["changes"][-1][1], real
+    sim = summary["simulated"]
+    assert {r["tuner"] for r in sim} == {"ds2", "streamtune", "static-peak"} and all(r["simulated"] for r in sim)
+    assert all(r["reconfigurations"] == 0 for r in sim if r["tuner"] == "static-peak")
+    assert all(r["reconfigurations"] > 0 for r in sim if r["tuner"] == "ds2")
+    titles = [str(out["data"].get(PLOTLY_MIME, {}).get("layout", {}).get("title", {}).get("text", ""))
+              for out in plotly_outputs(nb)]
+    assert any(t.startswith("Parallelism per operator") for t in titles), titles
+    assert any(t.startswith("Final total parallelism per tuner (SIMULATED") for t in titles), titles
+    assert "SIMULATED" in text_of(nb) or any("SIMULATED" in t for t in titles)
+
+
 CHECKS = {
     "00_quickstart": check_quickstart,
     "01_dynamic_batching": check_dynamic_batching,
@@ -275,6 +293,7 @@ CHECKS = {
     "05_custom_controller": check_custom_controller,
     "06_your_own_query": check_your_own_query,
     "07_fork_join": check_fork_join,
+    "08_parallelism_tuning": check_parallelism_tuning,
     "lab_01_latency_bounds": check_lab,
 }
 
