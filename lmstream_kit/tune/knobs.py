@@ -23,13 +23,36 @@ from typing import Any
 
 from ..protocol import ADMISSION, BatchContext, BatchController, Param
 
-__all__ = ["MAX_INPUT_PARTITIONS", "InputPartitions"]
+__all__ = ["MAX_INPUT_PARTITIONS", "InputPartitions", "PlannedPartitions", "input_partitions_field"]
 
 #: the largest input partition count the knob takes
 MAX_INPUT_PARTITIONS = 4096
 
 
-class InputPartitions(BatchController):
+def input_partitions_field(ctx: BatchContext) -> Mapping[str, Any] | None:
+    """The record field ``input_partitions``: what the source split the batch into, if known."""
+    made = ((ctx.admission or {}).get("planned") or {}).get("partitions")
+    return {"input_partitions": made} if made is not None else None
+
+
+class PlannedPartitions:
+    """The hooks of a controller that sets the source's input partitions from its ``partitions``.
+
+    The value in force when the gate admits a batch is the one the source gets when Spark plans it,
+    so a change is in force from the next admitted batch.
+    """
+
+    partitions: int
+
+    def on_admit(self, pending: Sequence[Any]) -> Mapping[str, Any] | None:
+        self._for_next = self.partitions  # a change is in force from the next admitted batch
+        return None
+
+    def on_plan(self, start: int, end: int) -> Mapping[str, Any] | None:
+        return {"partitions": getattr(self, "_for_next", self.partitions)}
+
+
+class InputPartitions(PlannedPartitions, BatchController):
     """The ``lmstream`` source's input partitions per batch, a live parameter (see the module).
 
     Parameters
@@ -49,16 +72,6 @@ class InputPartitions(BatchController):
     def __init__(self, partitions: int = 2) -> None:
         super().__init__()
         self.partitions = self.param("partitions").validate(partitions)
-        self._for_next = self.partitions  # the value in force for the batch admitted last
-
-    def on_admit(self, pending: Sequence[Any]) -> Mapping[str, Any] | None:
-        self._for_next = self.partitions  # a change is in force from the next admitted batch
-        return None
-
-    def on_plan(self, start: int, end: int) -> Mapping[str, Any] | None:
-        return {"partitions": self._for_next}
 
     def before_batch(self, ctx: BatchContext) -> Mapping[str, Any] | None:
-        planned = (ctx.admission or {}).get("planned") or {}
-        made = planned.get("partitions")
-        return {"input_partitions": made} if made is not None else None
+        return input_partitions_field(ctx)

@@ -164,6 +164,3 @@ class OperatorMetrics(BatchController):
         budget = record.bound_s if record.bound_s else record.processing_s
         self.last = operator_samples(stages, budget_s=budget, busy_share=self.busy_share)
         return {"operators": [s.to_dict() for s in self.last], "operators_s": round(time.perf_counter() - t0, 4)}
-
-    def by_key(self) -> dict[str, OperatorSample]:
-        return {s.key: s for s in self.last}

@@ -39,7 +39,7 @@ import numpy as np
 from ..exceptions import ConfigError
 from ..protocol import ADMISSION, BatchContext, Param
 from .ds2 import ds2_parallelism
-from .knobs import MAX_INPUT_PARTITIONS
+from .knobs import MAX_INPUT_PARTITIONS, PlannedPartitions, input_partitions_field
 from .operators import OperatorMetrics, OperatorSample
 from .predictor import BottleneckModel, Transition, embed, stage_budgets, transitions
 
@@ -51,7 +51,7 @@ _FIXED_REASON = ("fixed: a shuffle after the source feeds Spark's stateful opera
                  "checkpoint fixes (Spark 4.2+ repartitions them offline, with a restart)")
 
 
-class ParallelismTuner(OperatorMetrics):
+class ParallelismTuner(PlannedPartitions, OperatorMetrics):
     """Proposes and sets each stage's parallelism after every batch (see the module).
 
     Parameters
@@ -147,7 +147,6 @@ class ParallelismTuner(OperatorMetrics):
         self.split_budget = bool(split_budget)
         self.applied: dict[str, int] = {SOURCE_STAGE: self.partitions} if SOURCE_STAGE in self.knobs else {}
         self.restarts = 0  # changes of a state knob (each needs a restart)
-        self._for_next = self.partitions
         self._batches: list[tuple[list[OperatorSample], int, float]] = []  # this run's data batches
         self._fitted_on = 0
         self._since_change = 10**9
@@ -218,18 +217,10 @@ class ParallelismTuner(OperatorMetrics):
             old = self.pins.pop(key)
             self.log_change(f"pin.{key}", None, old=old)
 
-    # -- the knob: the source stage's partitions, read when Spark plans the next batch -----------
-    def on_admit(self, pending: Sequence[Any]) -> Mapping[str, Any] | None:
-        self._for_next = self.partitions
-        return None
-
-    def on_plan(self, start: int, end: int) -> Mapping[str, Any] | None:
-        return {"partitions": self._for_next}
-
+    # -- the knob: the source stage's partitions (PlannedPartitions' hooks), read when Spark plans ---
     def before_batch(self, ctx: BatchContext) -> Mapping[str, Any] | None:
         super().before_batch(ctx)
-        planned = (ctx.admission or {}).get("planned") or {}
-        return {"input_partitions": planned["partitions"]} if planned.get("partitions") is not None else None
+        return input_partitions_field(ctx)
 
     # -- deciding ------------------------------------------------------------------------------
     def after_batch(self, record: Any) -> Mapping[str, Any] | None:
