@@ -16,11 +16,11 @@ from pathlib import Path
 
 import plotly.graph_objects as go
 import pytest
+from fake_streams import FakeStream
 
 import widgets.dashboard as D
 import widgets.extras as X
 from lmstream_kit.flumina import EXAMPLES, greedy_plan
-from lmstream_kit.protocol import StreamInfo
 from widgets.flumina import FluminaPanel
 
 needs_widgets = pytest.mark.skipif(not D._widgets_available(), reason="needs the notebook extra")
@@ -60,37 +60,6 @@ def _run_dir(tmp_path, records, with_plan=True):
 
 
 FLUMINA_RECORDS = [_rec(0), _rec(1), _rec(2), _rec(3)]
-
-
-class FakeStream:
-    """What the dashboard and the panel read of a live stream (a LiveView); ``emit`` is Spark's thread."""
-
-    def __init__(self, run_dir, records=()):
-        self.run_dir = Path(run_dir)
-        self._records = [dict(r) for r in records]
-        self.callbacks = []
-
-    @property
-    def records(self):
-        return [dict(r) for r in self._records]
-
-    def on_batch(self, callback):
-        self.callbacks.append(callback)
-
-    def remove_on_batch(self, callback):
-        if callback in self.callbacks:
-            self.callbacks.remove(callback)
-
-    def controls(self):
-        return []
-
-    def info(self):
-        return StreamInfo("flumina:fraud_detection", "lmstream")
-
-    def emit(self, record):
-        self._records.append(dict(record))
-        for callback in list(self.callbacks):
-            callback(dict(record))
 
 
 def _xs(fig):
@@ -187,7 +156,7 @@ def test_replay_of_a_flumina_run_without_ipywidgets_and_pyspark_in_a_fresh_inter
 def fake(tmp_path):
     run = tmp_path / "run"
     run.mkdir()
-    return FakeStream(run)
+    return FakeStream(run, workload="flumina:fraud_detection")
 
 
 @needs_widgets
@@ -232,11 +201,11 @@ def test_live_the_panel_appears_at_the_first_flumina_record(fake):
 def test_live_a_stream_with_flumina_records_or_its_plan_has_the_panel_at_once(tmp_path):
     run = tmp_path / "run"
     run.mkdir()
-    with D.Dashboard(FakeStream(run, FLUMINA_RECORDS[:2]), throttle_s=60.0) as dash:
+    with D.Dashboard(FakeStream(run, FLUMINA_RECORDS[:2], workload="flumina:fraud_detection"), throttle_s=60.0) as dash:
         assert list(dash.panels) == ["flumina"]
         assert [r["batch_id"] for r in dash.panels["flumina"].records] == [0, 1]
     _write_plan(run)
-    with D.Dashboard(FakeStream(run), throttle_s=60.0) as dash:
+    with D.Dashboard(FakeStream(run, workload="flumina:fraud_detection"), throttle_s=60.0) as dash:
         assert list(dash.panels) == ["flumina"]
         assert list(dash.snapshot()) == [*D.FIGURE_KEYS, "flumina_plan", "flumina_workers", "flumina_joins"]
 

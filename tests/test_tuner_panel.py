@@ -16,13 +16,13 @@ from pathlib import Path
 
 import plotly.graph_objects as go
 import pytest
+from fake_streams import FakeStream
 
 import lmstream_kit.plots.tuning as P
 import widgets.dashboard as D
 import widgets.extras as X
 import widgets.tuning as T
 from lmstream_kit.exceptions import ConfigError
-from lmstream_kit.protocol import StreamInfo
 from widgets.tuning import TunerPanel
 
 needs_widgets = pytest.mark.skipif(not D._widgets_available(), reason="needs the notebook extra")
@@ -238,37 +238,6 @@ def test_bad_sources_are_one_line(tmp_path):
 
 
 # --------------------------------------------------------------------------- in the dashboard
-
-
-class FakeStream:
-    """What the dashboard and the panel read of a live stream (a LiveView); ``emit`` is Spark's thread."""
-
-    def __init__(self, run_dir, records=()):
-        self.run_dir = Path(run_dir)
-        self._records = [dict(r) for r in records]
-        self.callbacks = []
-
-    @property
-    def records(self):
-        return [dict(r) for r in self._records]
-
-    def on_batch(self, callback):
-        self.callbacks.append(callback)
-
-    def remove_on_batch(self, callback):
-        if callback in self.callbacks:
-            self.callbacks.remove(callback)
-
-    def controls(self):
-        return []
-
-    def info(self):
-        return StreamInfo("lr2s", "lmstream")
-
-    def emit(self, record):
-        self._records.append(dict(record))
-        for callback in list(self.callbacks):
-            callback(dict(record))
 
 
 def test_the_extras_entry():
