@@ -27,8 +27,9 @@ from .tuner import ParallelismTuner
 
 __all__ = ["TUNERS", "base_rate", "cluster_of", "compare", "make_tuner", "schedules", "seed_history"]
 
-#: the tuners compared: DS2, the learned tuner pre-trained and cold, static peak provisioning
-TUNERS = ("ds2", "streamtune", "streamtune-cold", "static-peak")
+#: the tuners compared: DS2, the learned tuner pre-trained and cold, static peak provisioning, and the
+#: learned tuner without its cost model (the bottleneck predictor alone, per stage)
+TUNERS = ("ds2", "streamtune", "streamtune-cold", "static-peak", "streamtune-predictor")
 
 
 def base_rate(dag, *, cores: int, bound_s: float, target: int) -> float:
@@ -83,15 +84,17 @@ def make_tuner(kind: str, dag, *, pretrain, start: int, cooldown: int, high: int
     knobs = dag.stage_knobs()
     policy = "ds2" if kind == "ds2" else "learned"
     tuner = ParallelismTuner(policy=policy, partitions=start, knobs=knobs, allow_restarts=True, cooldown=cooldown,
-                             low=1, high=high, pretrain=pretrain if kind == "streamtune" else (), refit_every=8,
-                             split_budget=True, seed=seed)
+                             low=1, high=high, pretrain=pretrain if kind in ("streamtune", "streamtune-predictor")
+                             else (), refit_every=8, split_budget=True, cost_model=kind != "streamtune-predictor",
+                             cores=high, seed=seed)
     tuner.applied = {k: start for k in knobs}
 
     def step_fn(stages, view):
         budget = min(view["batch_interval_s"], view["bound_s"] - view["batch_interval_s"])
         samples = operator_samples(stages, budget_s=budget, busy_share=tuner.busy_share)
         before = dict(tuner.applied)
-        tuner.observe(samples, rows=int(view["rows"]), budget_s=budget, behind=not view["within_bound"])
+        tuner.observe(samples, rows=int(view["rows"]), budget_s=budget, behind=not view["within_bound"],
+                      processing_s=view["processing_s"])
         return {k: v for k, v in tuner.applied.items() if before.get(k) != v} or None
 
     return step_fn
@@ -129,7 +132,7 @@ def compare(dag, schedule, kinds, *, pretrain, cores: int, bound_s: float, durat
         run = simulate_stream(dag, schedule, tuner, cores=cores, bound_s=bound_s, start_parallelism=begin,
                               restart_s=restart_s, duration_s=duration_s, seed=seed)
         s = run.summary
-        rows.append({"dag": dag.name, "tuner": kind, "pretrain_transitions": len(pretrain) if kind == "streamtune"
+        rows.append({"dag": dag.name, "tuner": kind, "pretrain_transitions": len(pretrain) if kind in ("streamtune", "streamtune-predictor")
                      else 0, "wall_s": round(time.perf_counter() - t0, 3), **{k: s[k] for k in SUMMARY_KEYS},
                      "final_parallelism": s["final_parallelism"], "simulated": True, "calibration": s["calibration"]})
     return rows

@@ -38,6 +38,7 @@ import numpy as np
 
 from ..exceptions import ConfigError
 from ..protocol import ADMISSION, BatchContext, Param
+from .costmodel import Allocation, CostModel
 from .ds2 import ds2_parallelism
 from .knobs import MAX_INPUT_PARTITIONS, PlannedPartitions, input_partitions_field
 from .operators import OperatorMetrics, OperatorSample
@@ -115,6 +116,7 @@ class ParallelismTuner(PlannedPartitions, OperatorMetrics):
                  high: int = 64, threshold: float = 0.5, margin: float = 0.15, utilisation: float = 0.7,
                  refit_every: int = 4, pretrain_cap: int = 4000, history: Any = None, max_distance: float = 2.0,
                  knobs: Mapping[str, str] | None = None, allow_restarts: bool = False, split_budget: bool = False,
+                 cost_model: bool = True, cores: int | None = None, headroom: float = 0.85, down_gain: float = 0.15,
                  timeout_s: float = 1.0, seed: int = 0) -> None:
         super().__init__(busy_share=busy_share, timeout_s=timeout_s)
         if policy not in ("learned", "ds2"):
@@ -130,6 +132,10 @@ class ParallelismTuner(PlannedPartitions, OperatorMetrics):
         if not 0 < threshold < 1 or not 0 <= margin < threshold:
             raise ConfigError(f"threshold must be in (0, 1) and margin in [0, threshold), got {threshold!r}, {margin!r}")
         self.threshold, self.margin, self.utilisation = float(threshold), float(margin), float(utilisation)
+        if not 0 < headroom <= 1 or not 0 <= down_gain < 1:
+            raise ConfigError(f"headroom must be in (0, 1] and down_gain in [0, 1), got {headroom!r}, {down_gain!r}")
+        self.headroom, self.down_gain = float(headroom), float(down_gain)
+        self.costs = CostModel(cores=cores) if cost_model and policy == "learned" else None
         self.pretrain_cap, self.seed = int(pretrain_cap), int(seed)
         self.pretrain = self._capped(list(pretrain))
         self.history, self.max_distance = history, float(max_distance)
@@ -230,7 +236,7 @@ class ParallelismTuner(PlannedPartitions, OperatorMetrics):
         t0 = time.perf_counter()
         out = dict(fields)
         out.update(self.observe(self.last, rows=int(record.rows or 0), budget_s=self._budget(record),
-                                behind=record.within_bound is False))
+                                behind=record.within_bound is False, processing_s=record.processing_s))
         out["tuner_s"] = round(time.perf_counter() - t0, 4)
         return out
 
@@ -240,10 +246,11 @@ class ParallelismTuner(PlannedPartitions, OperatorMetrics):
         return float(b) if b and math.isfinite(b) and b > 0 else 0.0
 
     def observe(self, samples: Sequence[OperatorSample], *, rows: int, budget_s: float,
-                behind: bool) -> dict[str, Any]:
+                behind: bool, processing_s: float | None = None) -> dict[str, Any]:
         """Learn from one batch's ``samples`` and decide (the engine-free core; returns record fields).
 
         ``behind``: the batch missed its bound (a backlog is being caught up: never scale down).
+        ``processing_s``: the batch's processing seconds (the cost model's overhead comes from it).
         """
         fields: dict[str, Any] = {"tuner_policy": self.policy}
         if self.mode == "frozen" or not samples or rows <= 0 or budget_s <= 0:
@@ -265,6 +272,10 @@ class ParallelismTuner(PlannedPartitions, OperatorMetrics):
                 source = (f"learned: {len(self.pretrain)} pre-training transitions"
                           f"{f' of {len(self.pretrain_dags)} similar DAGs' if self.pretrain_dags else ''}, "
                           f"{len(own)} of this run")
+            if self.costs is not None:
+                self.costs.observe(samples, processing_s=processing_s)
+                if self.costs.ready([s.key for s in samples]):
+                    source = f"cost model of {len(self.costs.stages)} stages; " + source
         growth = self._growth()
         proposal, reason = self._propose(samples, budget_s, growth, behind)
         fields.update(tuner_model=source, tuner_proposal=proposal, tuner_reason=reason)
@@ -292,17 +303,44 @@ class ParallelismTuner(PlannedPartitions, OperatorMetrics):
 
     def _propose(self, samples: Sequence[OperatorSample], budget_s: float, growth: float,
                  behind: bool) -> tuple[dict[str, int], dict[str, str]]:
+        if self.costs is not None and self.costs.ready([s.key for s in samples]):
+            wants, why = self._costed(samples, budget_s, growth)
+        else:
+            wants, why = self._per_stage(samples, budget_s, growth), None
+        proposal, reason = {}, {}
+        for s in samples:
+            want = proposal[s.key] = int(wants[s.key])
+            kind = self.knobs.get(s.key)
+            if s.key in self.pins:
+                reason[s.key] = "pinned"
+            elif kind is None:
+                reason[s.key] = _FIXED_REASON if s.job == 0 else "fixed: not a knob of the lmstream source"
+            elif kind == "state" and not self.allow_restarts and want != s.tasks:
+                reason[s.key] = "fixed: state-store partitions change only with a restart (allow_restarts=False)"
+            elif want == s.tasks:
+                reason[s.key] = f"hold: {why}" if why else "hold: no change needed"
+            elif want < s.tasks and behind:
+                proposal[s.key] = s.tasks
+                reason[s.key] = "hold: the stream is behind its bound, no scale-down while catching up"
+            elif self._since_change < self.cooldown:
+                reason[s.key] = f"hold: cooldown ({self._since_change} of {self.cooldown} batches since the last change)"
+            else:
+                reason[s.key] = f"apply: {s.tasks} -> {want}" + (f" ({why})" if why else "")
+        return proposal, reason
+
+    def _per_stage(self, samples: Sequence[OperatorSample], budget_s: float, growth: float) -> dict[str, int]:
+        """Each stage on its own: the bottleneck model's smallest safe parallelism, else DS2's rule."""
         budgets = stage_budgets(samples, budget_s) if self.split_budget else {s.key: budget_s for s in samples}
         ds2 = {s.key: ds2_parallelism([s], budget_s=budgets[s.key], utilisation=self.utilisation, growth=growth,
                                       low=self.low, high=self.high)[s.key] for s in samples}
         emb = embed(samples) if self.policy == "learned" and self.model.ready else {}
-        proposal, reason = {}, {}
+        wants = {}
         for s in samples:
             if s.key in self.pins:
-                proposal[s.key], reason[s.key] = self.pins[s.key], "pinned"
+                wants[s.key] = self.pins[s.key]
                 continue
-            work = s.useful_s / budgets[s.key]
-            probs = self.model.curve(s.tasks, work, growth, emb[s.key], low=self.low, high=self.high) if emb else None
+            probs = self.model.curve(s.tasks, s.useful_s / budgets[s.key], growth, emb[s.key], low=self.low,
+                                     high=self.high) if emb else None
             if probs is not None and probs[-1] >= self.threshold:
                 want = ds2[s.key]  # the model knows no parallelism without a bottleneck here: DS2's rule
             elif probs is not None:
@@ -312,19 +350,43 @@ class ParallelismTuner(PlannedPartitions, OperatorMetrics):
                     want = min(s.tasks, self.low + int(safe[0])) if safe.size else s.tasks
             else:
                 want = ds2[s.key]
-            proposal[s.key] = int(want)
+            wants[s.key] = want
+        return wants
+
+    def _costed(self, samples: Sequence[OperatorSample], budget_s: float,
+                growth: float) -> tuple[dict[str, int], str]:
+        """The whole batch at once, priced by the cost model: the cheapest vector that fits the budget.
+
+        It changes the vector only when the batch is predicted to miss ``headroom`` times its
+        budget at the expected rows, or when the cheapest fitting vector saves at least
+        ``down_gain`` of the total now; a change of a ``state`` knob (a restart) only when the free
+        knobs cannot fit the budget, or when it saves ``down_gain`` more than they do.
+        """
+        assert self.costs is not None
+        now = {s.key: s.tasks for s in samples}
+        free: dict[str, tuple[int, int]] = {}
+        restart: dict[str, tuple[int, int]] = {}
+        for s in samples:
             kind = self.knobs.get(s.key)
-            if kind is None:
-                reason[s.key] = _FIXED_REASON if s.job == 0 else "fixed: not a knob of the lmstream source"
-            elif kind == "state" and not self.allow_restarts and want != s.tasks:
-                reason[s.key] = "fixed: state-store partitions change only with a restart (allow_restarts=False)"
-            elif want == s.tasks:
-                reason[s.key] = "hold: no change needed"
-            elif want < s.tasks and behind:
-                proposal[s.key] = s.tasks
-                reason[s.key] = "hold: the stream is behind its bound, no scale-down while catching up"
-            elif self._since_change < self.cooldown:
-                reason[s.key] = f"hold: cooldown ({self._since_change} of {self.cooldown} batches since the last change)"
-            else:
-                reason[s.key] = f"apply: {s.tasks} -> {want}"
-        return proposal, reason
+            if s.key in self.pins:
+                free[s.key] = restart[s.key] = (self.pins[s.key], self.pins[s.key])
+            elif kind in ("input", "shuffle"):
+                free[s.key] = restart[s.key] = (self.low, self.high)
+            elif kind == "state" and self.allow_restarts:
+                restart[s.key] = (self.low, self.high)
+        target = self.headroom * budget_s
+        predicted = self.costs.processing_s(samples, now, rows_scale=growth)
+        best: Allocation = self.costs.allocate(samples, rows_scale=growth, target_s=target, bounds=free)
+        if restart != free:
+            full = self.costs.allocate(samples, rows_scale=growth, target_s=target, bounds=restart)
+            if (full.feasible and not best.feasible) or full.total <= (1 - self.down_gain) * best.total:
+                best = full
+        total = sum(now.values())
+        if predicted > target:
+            why = f"cost model: {predicted:.2f} s predicted at {total} tasks, over {target:.2f} s"
+            return best.parallelism, why
+        if best.total <= (1 - self.down_gain) * total:
+            why = f"cost model: {best.total} tasks fit {target:.2f} s ({best.processing_s:.2f} s predicted)"
+            return best.parallelism, why
+        return now | {k: self.pins[k] for k in self.pins if k in now}, \
+            f"cost model: {predicted:.2f} s predicted at {total} tasks, within {target:.2f} s"
