@@ -22,8 +22,9 @@ from .exceptions import ConfigError, EngineError, one_line
 from .metrics import METRICS_FILE, JsonlWriter, write_run_info
 from .placement import CONTROL_PARAMS
 from .progress import ATTACHED_FIELDS, POLICY, progress_record, ran_batch
-from .protocol import Control, Param, StreamInfo, Tunable, positive
+from .protocol import BatchContext, BatchController, Control, Param, StreamInfo, Tunable, positive
 from .record import FIELD_DOCS, summarize
+from .runloop import apply_after_batch
 from .stream_controls import StreamControls
 
 __all__ = ["AttachedStream", "attach", "is_streaming_query", "start_query"]
@@ -97,6 +98,7 @@ class AttachedStream(Tunable):
         self._records: list[dict] = []
         self._seen: set[int] = set()
         self._callbacks: list[Callable[[dict], None]] = []
+        self._plugins: list[BatchController] = []
         self._writer = JsonlWriter(self.run_dir / METRICS_FILE)
         self._detached = False
         self._watch = ProgressWatch(query, self._take)
@@ -117,6 +119,8 @@ class AttachedStream(Tunable):
             changes = self.changelog.take() if progress.get("runId") == self._run_id else []
             record = progress_record(progress, event_time=self.event_time is not None, bound_s=self.bound_s,
                                      workload=self.name, changes=[c.to_dict() for c in changes])
+            if self._plugins and progress.get("runId"):
+                record = self._plug_in(record, str(progress["runId"]))
             self.changelog.stamp(batch_id, changes)
             data = record.to_dict()
             self._seen.add(batch_id)
@@ -133,6 +137,46 @@ class AttachedStream(Tunable):
                 callback(dict(data))
             except Exception:  # a view's error must not reach Spark's listener bus
                 pass
+
+    def _plug_in(self, record, run_id: str):
+        """The plug-ins learn from the batch that ran (its stages read from Spark) and add to its record."""
+        from .engine.attach import AttachedBatch
+
+        ctx = BatchContext(record.batch_id, 0, record.rows, (), {},
+                           engine=AttachedBatch(self.query, run_id, record.batch_id))
+        for plugin in self._plugins:
+            try:
+                plugin.before_batch(ctx)
+            except Exception:  # noqa: BLE001  (its after_batch reports what it could not learn)
+                pass
+        return apply_after_batch(self._plugins, record)
+
+    def add_controller(self, controller: BatchController) -> BatchController:
+        """Plug in a controller that learns from each batch after it ran and adds to its record.
+
+        An attached query reads its own source and the kit runs none of its batches, so only
+        what a controller learns afterwards applies: its ``after_batch`` gets each record, with the
+        batch's Spark stages readable as in a LiveStream
+        (:class:`~lmstream_kit.tune.operators.OperatorMetrics`, or a
+        :class:`~lmstream_kit.tune.tuner.ParallelismTuner` in ``mode="recommend"``: it proposes
+        each stage's parallelism in the records and sets nothing).  Its parameters share this
+        stream's change log.
+        """
+        if not isinstance(controller, BatchController):
+            raise ConfigError(f"add_controller needs a BatchController, got {type(controller).__name__}")
+        check = getattr(controller, "attach_check", None)
+        if check is not None:
+            check(_KIT_SOURCE)
+        controller.bind_changelog(self.changelog)
+        with self._cond:
+            self._plugins.append(controller)
+        return controller
+
+    @property
+    def controllers(self) -> list[BatchController]:
+        """The plug-ins added with :meth:`add_controller`."""
+        with self._cond:
+            return list(self._plugins)
 
     @property
     def records(self) -> list[dict]:
@@ -157,7 +201,8 @@ class AttachedStream(Tunable):
 
     def record_fields(self) -> dict[str, str]:
         """Every field the records carry, with what it means."""
-        return {**{k: v for k, v in FIELD_DOCS.items() if k != "extra"}, **ATTACHED_FIELDS}
+        plugged = {k: v for p in self.controllers for k, v in type(p).FIELDS.items()}
+        return {**{k: v for k, v in FIELD_DOCS.items() if k != "extra"}, **ATTACHED_FIELDS, **plugged}
 
     def info(self) -> StreamInfo:
         detail = f"trigger {self.trigger_s:g} s" if self.trigger_s is not None else "attached query"

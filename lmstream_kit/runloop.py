@@ -20,9 +20,29 @@ from .exceptions import ConfigError
 from .protocol import ADMISSION, BATCH, BatchContext, BatchController, ChangeLog
 from .record import FIELD_DOCS, BatchRecord, batch_bytes
 
-__all__ = ["BatchSettings", "RunLoop"]
+__all__ = ["BatchSettings", "RunLoop", "apply_after_batch"]
 
 BatchCallback = Callable[[dict], None]
+
+
+def apply_after_batch(controllers: Sequence[BatchController], record: BatchRecord) -> BatchRecord:
+    """Every controller's ``after_batch`` on ``record``, in order; the record with what they added.
+
+    A controller that raises does not fail the batch (its output is written) nor stop the later
+    ones: its error goes to the record's ``after_batch_errors`` ``{controller: message}``.
+    """
+    failed: dict[str, str] = {}
+    for controller in controllers:
+        try:
+            added = controller.after_batch(record)
+        except Exception as exc:  # noqa: BLE001
+            failed[type(controller).__name__] = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
+            continue
+        if added:
+            record = dataclasses.replace(record, extra={**record.extra, **added})
+    if failed:
+        record = dataclasses.replace(record, extra={**record.extra, "after_batch_errors": failed})
+    return record
 
 
 @dataclass(frozen=True)
@@ -194,18 +214,7 @@ class RunLoop:
             raise
         record = self._record(batch.batch_id, started, span, admission, datasets, out_rows,
                               [*at_admission.get("changes", ()), *changes], settings, fields)
-        failed: dict[str, str] = {}
-        for controller in controllers:
-            try:
-                added = controller.after_batch(record)
-            except Exception as exc:  # noqa: BLE001  (the batch's output is written: a plug-in that fails
-                # to learn from it must not fail the batch, nor stop the later ones)
-                failed[type(controller).__name__] = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
-                continue
-            if added:
-                record = dataclasses.replace(record, extra={**record.extra, **added})
-        if failed:
-            record = dataclasses.replace(record, extra={**record.extra, "after_batch_errors": failed})
+        record = apply_after_batch(controllers, record)
         self.changelog.stamp(batch.batch_id, changes)
         as_dict = record.to_dict()
         self.sink(as_dict)

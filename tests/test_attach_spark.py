@@ -245,3 +245,41 @@ def test_the_readmes_attach_example_runs(tmp_path):
     assert float(max_latency) > 0 and int(state_rows) >= 0 and 0 <= float(within) <= 1
     records = [json.loads(line) for line in (tmp_path / "runs" / "counts" / "metrics.jsonl").read_text().splitlines()]
     assert len([r for r in records if r["rows"] > 0]) >= 5
+
+
+def test_a_tuner_recommends_parallelism_for_an_attached_query_from_its_spark_stages(spark, tmp_path):
+    from pyspark.sql import functions as F
+
+    from lmstream_kit.tune.tuner import SOURCE_STAGE, ParallelismTuner
+
+    counts = (_rate(spark, 500).withWatermark("timestamp", "2 seconds")
+              .groupBy(F.window("timestamp", "1 second")).count())
+    query = _memory(counts, "attach_tuned", tmp_path, mode="update")
+    try:
+        s = attach(query, event_time="timestamp", bound_s=10.0, run_dir=tmp_path / "run")
+        with pytest.raises(ConfigError, match=r"can only recommend: set mode='recommend' \(got mode 'apply'"):
+            s.add_controller(ParallelismTuner(policy="ds2"))
+        tuner = s.add_controller(ParallelismTuner(policy="ds2", mode="recommend"))
+        assert "tuner_proposal" in s.record_fields() and "operators" in s.record_fields()
+        with pytest.raises(ConfigError, match=r"^tuner.mode cannot be 'apply' here"):
+            tuner.set_param("mode", "apply")
+        first = len(s.records)
+        s.wait(batches=first + 3, timeout=90)
+        s.stop()
+        tuned = [r for r in s.records[first:] if r["rows"] > 0 and r.get("operators")]
+        assert tuned, "no batch with its stages"
+        for r in tuned:
+            # the rate source's scan, then the stateful aggregation after a shuffle (its partitions from the conf)
+            keys = [op["key"] for op in r["operators"]]
+            assert keys[0] == SOURCE_STAGE and len(keys) >= 2
+            assert sum(op["records_in"] for op in r["operators"] if op["key"] == SOURCE_STAGE) == r["rows"]
+            assert set(r["tuner_proposal"]) == set(keys)
+            assert r["tuner_reason"][SOURCE_STAGE].startswith(("recommend:", "hold:"))
+            assert r["tuner_policy"] == "ds2" and "after_batch_errors" not in r
+        assert tuner.partitions == 2  # it set nothing
+        assert not [c for r in s.records for c in r.get("changes") or [] if c["param"].startswith("tuner.")]
+        written = read_jsonl(tmp_path / "run" / "metrics.jsonl")
+        assert [w.get("tuner_proposal") for w in written] == [r.get("tuner_proposal") for r in s.records]
+    finally:
+        if query.isActive:
+            query.stop()

@@ -13,7 +13,8 @@ from pathlib import Path
 from ..exceptions import ConfigError, EngineError, one_line
 from .stream import stop_query
 
-__all__ = ["ProgressWatch", "query_facts", "restart_query", "start_writer", "trigger_spec", "watermark_columns"]
+__all__ = ["AttachedBatch", "ProgressWatch", "query_facts", "restart_query", "start_writer", "trigger_spec",
+           "watermark_columns"]
 
 
 def _session_of(query):
@@ -58,6 +59,24 @@ def query_facts(query) -> dict:
         "source": [s.get("description") for s in last.get("sources") or []] or None,
         "sink": (last.get("sink") or {}).get("description"),
     }
+
+
+class AttachedBatch:
+    """The engine handle of one batch of an attached query: what plug-ins read of it after it ran.
+
+    Spark names a streaming batch's jobs by the query run (their job group) and ``batch = N``
+    (their description), for any query, so its stages come from the status store as they do for
+    the kit's own streams (:mod:`~lmstream_kit.engine.stages`).
+    """
+
+    def __init__(self, query, run_id: str, batch_id: int) -> None:
+        self.query, self.run_id, self.batch_id = query, str(run_id), int(batch_id)
+
+    def stages(self, timeout: float = 1.0) -> list[dict]:
+        """The stages the batch's jobs ran, with their metrics."""
+        from .stages import stage_reader_for
+
+        return stage_reader_for(_session_of(self.query)).batch_stages(self.run_id, self.batch_id, timeout=timeout)
 
 
 class ProgressWatch:

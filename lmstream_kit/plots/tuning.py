@@ -184,17 +184,20 @@ def busy_share(records: Any, default: float = DEFAULT_BUSY_SHARE) -> float:
 
 
 def predicted_side(tasks: Any, proposal: Any, reason: Any) -> str | None:
-    """What the tuner predicts of an operator at its current parallelism, where its reason is ``apply``
-    or ``hold``: ``"bottleneck"`` (it proposes more), ``"over-provisioned"`` (it proposes fewer) or
-    ``"ok"``; None where it says nothing (no proposal, ``fixed``, ``pinned``).
+    """What the tuner predicts of an operator at its current parallelism, where its reason is
+    ``apply``, ``recommend`` or ``hold``: ``"bottleneck"`` (it proposes more), ``"over-provisioned"``
+    (it proposes fewer) or ``"ok"``; None where it says nothing (no proposal, ``fixed``, ``pinned``).
 
     >>> predicted_side(2, 3, "apply: 2 -> 3"), predicted_side(4, 2, "hold: cooldown"), predicted_side(2, 2, "hold: x")
     ('bottleneck', 'over-provisioned', 'ok')
     >>> predicted_side(2, 4, "fixed: not a knob"), predicted_side(2, None, "apply: 2 -> 3")
     (None, None)
+    >>> predicted_side(2, 4, "recommend: 2 -> 4")
+    'bottleneck'
     """
     t, p = _number(tasks), _number(proposal)
-    if t is None or p is None or not isinstance(reason, str) or not reason.startswith(("apply", "hold")):
+    if t is None or p is None or not isinstance(reason, str) \
+            or not reason.startswith(("apply", "recommend", "hold")):
         return None
     return "bottleneck" if p > t else "over-provisioned" if p < t else "ok"
 

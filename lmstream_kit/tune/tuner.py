@@ -75,8 +75,9 @@ class ParallelismTuner(PlannedPartitions, OperatorMetrics):
         Give each stage its share of the batch's budget (they run one after the other; the share
         that needs the least total parallelism, :func:`~lmstream_kit.tune.predictor.stage_budgets`)
         instead of the whole budget; the load, DS2's rule and the model's labels all use it.
-    history : path, History or pyarrow Table, optional
-        A history store (:mod:`~lmstream_kit.tune.history`): at the first batch, the runs whose DAG is
+    history : path, ``"seed"``, a list of them, History or pyarrow Table, optional
+        A history store (:mod:`~lmstream_kit.tune.history`; ``"seed"``: the seed history the kit
+        ships, real runs of its six workloads): at the first batch, the runs whose DAG is
         within ``max_distance`` (graph edit distance, :mod:`~lmstream_kit.tune.pretrain`) of this
         query's become pre-training transitions.  Neither this nor ``pretrain``: a cold start.
     max_distance : float
@@ -158,6 +159,15 @@ class ParallelismTuner(PlannedPartitions, OperatorMetrics):
         self._since_change = 10**9
         self.last_proposal: dict[str, int] = {}
         self.last_reason: dict[str, str] = {}
+        self._recommend_only: str | None = None  # why it may not apply (a query the kit did not build)
+
+    def attach_check(self, reason: str) -> None:
+        """Plugged into an attached query (:meth:`~lmstream_kit.attached.AttachedStream.add_controller`):
+        it can only recommend, since ``reason``."""
+        if self.mode == "apply":
+            raise ConfigError(f"a ParallelismTuner on an attached query can only recommend: set mode='recommend' "
+                              f"(got mode 'apply'; setting parallelism {reason})")
+        self._recommend_only = reason
 
     def _capped(self, rows: list[Transition]) -> list[Transition]:
         """At most ``pretrain_cap`` transitions (a seeded sample), so that a refit stays light."""
@@ -188,6 +198,12 @@ class ParallelismTuner(PlannedPartitions, OperatorMetrics):
             self.model.fit(self.pretrain)
 
     # -- live parameters ----------------------------------------------------------------------
+    def _apply_mode(self, value: str) -> None:
+        if value == "apply" and self._recommend_only:
+            raise ConfigError(f"tuner.mode cannot be 'apply' here: setting parallelism {self._recommend_only}")
+        old, self.mode = self.mode, value
+        self.log_change("mode", value, old=old)
+
     def _apply_low(self, value: int) -> None:
         if value > self.high:
             raise ConfigError(f"tuner.low must not exceed tuner.high ({self.high}), got {value!r}")
@@ -325,7 +341,8 @@ class ParallelismTuner(PlannedPartitions, OperatorMetrics):
             elif self._since_change < self.cooldown:
                 reason[s.key] = f"hold: cooldown ({self._since_change} of {self.cooldown} batches since the last change)"
             else:
-                reason[s.key] = f"apply: {s.tasks} -> {want}" + (f" ({why})" if why else "")
+                verb = "apply" if self.mode == "apply" else "recommend"
+                reason[s.key] = f"{verb}: {s.tasks} -> {want}" + (f" ({why})" if why else "")
         return proposal, reason
 
     def _per_stage(self, samples: Sequence[OperatorSample], budget_s: float, growth: float) -> dict[str, int]:
