@@ -57,6 +57,12 @@ def main(argv=None) -> int:
     ap.add_argument("--start", type=int, default=2, help="every tuner's starting parallelism per stage")
     ap.add_argument("--cooldown", type=int, default=3, help="batches between two changes, for every tuner")
     ap.add_argument("--restart", type=float, default=5.0, help="seconds a state-store knob's change stops the stream")
+    ap.add_argument("--headroom", type=float, default=None,
+                    help="the learned tuner's cost model fills this share of the budget [default: the tuner's]")
+    ap.add_argument("--down-gain", type=float, default=None,
+                    help="the learned tuner scales down for at least this share fewer tasks [default: the tuner's]")
+    ap.add_argument("--no-forecast", dest="forecast", action="store_false",
+                    help="the learned tuner plans for the recent peak only, not its trend")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", default="benchmarks/results")
     args = ap.parse_args(argv)
@@ -77,6 +83,9 @@ def main(argv=None) -> int:
     rates = {n: base_rate(d, cores=args.cores, bound_s=args.bound, target=args.target) for n, d in DAGS.items()}
     history = seed_history(DAGS, rates, cores=args.cores, bound_s=args.bound, seed=args.seed + 1)
     clusters = cluster_of(DAGS, cores=args.cores)
+    tuner_kw = {k: v for k, v in (("headroom", args.headroom), ("down_gain", args.down_gain)) if v is not None}
+    if not args.forecast:
+        tuner_kw["forecast"] = False
     runs = []
     total = len(dags) * len(names) * args.reps * len(kinds)
     bar = tqdm(total=total, desc="tuning (simulated)", unit="run")
@@ -88,7 +97,8 @@ def main(argv=None) -> int:
                 bar.set_postfix_str(f"{name} {sched_name} rep {rep}")
                 rows = compare(dag, sched, kinds, pretrain=pretrain, cores=args.cores, bound_s=args.bound,
                                duration_s=args.duration, start=args.start, cooldown=args.cooldown,
-                               restart_s=args.restart, seed=args.seed * 1000 + rep, tuner_seed=args.seed + rep)
+                               restart_s=args.restart, seed=args.seed * 1000 + rep, tuner_seed=args.seed + rep,
+                               tuner_kw=tuner_kw)
                 runs += [{"schedule": sched_name, "rep": rep, "base_rate": round(rates[name], 1), **r} for r in rows]
                 bar.update(len(rows))
     bar.close()
@@ -129,6 +139,7 @@ def main(argv=None) -> int:
     meta = {"simulated": True, "machine": machine_info(), "python": platform.python_version(), "argv": sys.argv[1:],
             "cores_simulated": args.cores, "bound_s": args.bound, "duration_s": args.duration,
             "restart_s": args.restart, "start": args.start, "cooldown": args.cooldown, "reps": args.reps,
+            "tuner_kw": tuner_kw,
             "base_rates": {n: round(r, 1) for n, r in rates.items()}, "clusters": clusters,
             "calibration": next(iter(DAGS.values())).calibration, "when": time.strftime("%Y-%m-%d %H:%M:%S %Z")}
     path = out / f"tuning-sim-{host}-{stamp}.json"

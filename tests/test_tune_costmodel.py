@@ -143,7 +143,7 @@ def test_the_tuner_moves_to_the_cost_models_cheapest_vector_and_then_holds_it():
     warm(t)
     now = {"j0.s0": 8, "j0.s1": 8, "j0.s2": 8}
     fields = run(t, now, 100_000)
-    target = 0.85 * 2.0
+    target = t.headroom * 2.0
     plan = t.costs.allocate(batch(now, 100_000), rows_scale=t._growth(), target_s=target,
                             bounds={k: (1, 16) for k in COSTS})
     assert fields["tuner_model"].startswith("cost model of 3 stages")
@@ -157,7 +157,7 @@ def test_the_tuner_moves_to_the_cost_models_cheapest_vector_and_then_holds_it():
 def test_the_tuner_scales_down_only_for_a_saving_of_down_gain_and_never_while_behind():
     t = tuner(down_gain=0.15)
     warm(t)
-    plan = t.costs.allocate(batch({k: 4 for k in COSTS}, 100_000), rows_scale=1.0, target_s=1.7,
+    plan = t.costs.allocate(batch({k: 4 for k in COSTS}, 100_000), rows_scale=1.0, target_s=t.headroom * 2.0,
                             bounds={k: (1, 16) for k in COSTS})
     near = dict(plan.parallelism)
     near["j0.s2"] += 1  # one task more than needed: less than 15% of the total
@@ -195,3 +195,27 @@ def test_bad_headroom_or_down_gain_names_the_value():
         ParallelismTuner(down_gain=-0.1)
     with pytest.raises(ConfigError, match="cores must be >= 1, got 0"):
         CostModel(cores=0)
+
+
+def test_a_batch_that_holds_a_backlog_is_planned_at_the_arrival_rate():
+    t = tuner()
+    warm(t)
+    now = {k: 4 for k in COSTS}
+    plan = t.costs.allocate(batch(now, 100_000), rows_scale=1.0, target_s=t.headroom * 2.0,
+                            bounds={k: (1, 16) for k in COSTS})
+    # after a restart the batch held 3x the rows, but the rows arrive at the old rate
+    stages = batch(now, 300_000)
+    fields = t.observe(stages, rows=300_000, budget_s=2.0, behind=True, expected_rows=100_000,
+                       processing_s=0.25 + sum(s.wall_s for s in stages))
+    assert t._growth() == pytest.approx(1 / 3)
+    # behind: no stage goes below what it has, and none above the plan for the arrival rate
+    assert fields["tuner_proposal"] == {k: max(now[k], plan.parallelism[k]) for k in COSTS}
+
+
+def test_the_learned_tuner_meets_a_ramp_ahead_and_ds2_at_its_recent_peak():
+    for policy, forecast, want in (("learned", True, 200_000 + 20_000 * 3), ("learned", False, 200_000),
+                                   ("ds2", True, 200_000)):
+        t = tuner(policy=policy, forecast=forecast, cooldown=2)
+        for rows in (140_000, 160_000, 180_000, 200_000):  # +20,000 rows a batch
+            run(t, {k: 4 for k in COSTS}, rows)
+        assert t._growth() * 200_000 == pytest.approx(want), (policy, forecast)

@@ -80,21 +80,25 @@ def cluster_of(dags: dict, *, cores: int) -> dict:
     return {a: [b for b in dags if dag_distance(graphs[a], graphs[b]) <= 2.0] for a in dags}
 
 
-def make_tuner(kind: str, dag, *, pretrain, start: int, cooldown: int, high: int, seed: int):
+def make_tuner(kind: str, dag, *, pretrain, start: int, cooldown: int, high: int, seed: int, **tuner_kw):
     knobs = dag.stage_knobs()
     policy = "ds2" if kind == "ds2" else "learned"
     tuner = ParallelismTuner(policy=policy, partitions=start, knobs=knobs, allow_restarts=True, cooldown=cooldown,
                              low=1, high=high, pretrain=pretrain if kind in ("streamtune", "streamtune-predictor")
                              else (), refit_every=8, split_budget=True, cost_model=kind != "streamtune-predictor",
-                             cores=high, seed=seed)
+                             cores=high, seed=seed, **tuner_kw)
     tuner.applied = {k: start for k in knobs}
+
+    last_cut = [0.0]
 
     def step_fn(stages, view):
         budget = min(view["batch_interval_s"], view["bound_s"] - view["batch_interval_s"])
         samples = operator_samples(stages, budget_s=budget, busy_share=tuner.busy_share)
         before = dict(tuner.applied)
+        span, last_cut[0] = view["t"] - last_cut[0], view["t"]  # the batch's rows arrived over this span
+        expected = view["rows"] / span * view["batch_interval_s"] if span > 0 else None
         tuner.observe(samples, rows=int(view["rows"]), budget_s=budget, behind=not view["within_bound"],
-                      processing_s=view["processing_s"])
+                      processing_s=view["processing_s"], expected_rows=expected)
         return {k: v for k, v in tuner.applied.items() if before.get(k) != v} or None
 
     return step_fn
@@ -112,10 +116,12 @@ SUMMARY_KEYS = ("reconfigurations", "free_reconfigurations", "restarts", "restar
 
 
 def compare(dag, schedule, kinds, *, pretrain, cores: int, bound_s: float, duration_s: float, start: int = 2,
-            cooldown: int = 3, restart_s: float = 5.0, seed: int = 0, tuner_seed: int | None = None) -> list[dict]:
+            cooldown: int = 3, restart_s: float = 5.0, seed: int = 0, tuner_seed: int | None = None,
+            tuner_kw: dict | None = None) -> list[dict]:
     """One row per tuner of ``kinds`` (see :data:`TUNERS`): the stream's summary (simulated).
 
-    ``seed`` seeds the simulator's noise, ``tuner_seed`` (default ``seed``) the learned model.
+    ``seed`` seeds the simulator's noise, ``tuner_seed`` (default ``seed``) the learned model;
+    ``tuner_kw``: more :class:`~lmstream_kit.tune.tuner.ParallelismTuner` arguments for the learned tuners.
     """
     peak = max(schedule.rate(t) for t in np.linspace(0, duration_s, 721))
     rows = []
@@ -127,7 +133,8 @@ def compare(dag, schedule, kinds, *, pretrain, cores: int, bound_s: float, durat
         else:
             begin = {s.name: (s.fixed_tasks if s.knob == "fixed" else start) for s in dag.order}
             tuner = make_tuner(kind, dag, pretrain=pretrain, start=start, cooldown=cooldown, high=cores,
-                               seed=seed if tuner_seed is None else tuner_seed)
+                               seed=seed if tuner_seed is None else tuner_seed,
+                               **((tuner_kw or {}) if kind != "ds2" else {}))
         t0 = time.perf_counter()
         run = simulate_stream(dag, schedule, tuner, cores=cores, bound_s=bound_s, start_parallelism=begin,
                               restart_s=restart_s, duration_s=duration_s, seed=seed)

@@ -117,7 +117,8 @@ class ParallelismTuner(PlannedPartitions, OperatorMetrics):
                  high: int = 64, threshold: float = 0.5, margin: float = 0.15, utilisation: float = 0.7,
                  refit_every: int = 4, pretrain_cap: int = 4000, history: Any = None, max_distance: float = 2.0,
                  knobs: Mapping[str, str] | None = None, allow_restarts: bool = False, split_budget: bool = False,
-                 cost_model: bool = True, cores: int | None = None, headroom: float = 0.85, down_gain: float = 0.15,
+                 cost_model: bool = True, cores: int | None = None, headroom: float = 0.9, down_gain: float = 0.15,
+                 forecast: bool = True,
                  timeout_s: float = 1.0, seed: int = 0) -> None:
         super().__init__(busy_share=busy_share, timeout_s=timeout_s)
         if policy not in ("learned", "ds2"):
@@ -135,13 +136,14 @@ class ParallelismTuner(PlannedPartitions, OperatorMetrics):
         self.threshold, self.margin, self.utilisation = float(threshold), float(margin), float(utilisation)
         if not 0 < headroom <= 1 or not 0 <= down_gain < 1:
             raise ConfigError(f"headroom must be in (0, 1] and down_gain in [0, 1), got {headroom!r}, {down_gain!r}")
-        self.headroom, self.down_gain = float(headroom), float(down_gain)
+        self.headroom, self.down_gain, self.forecast = float(headroom), float(down_gain), bool(forecast)
         self.costs = CostModel(cores=cores) if cost_model and policy == "learned" else None
         self.pretrain_cap, self.seed = int(pretrain_cap), int(seed)
         self.pretrain = self._capped(list(pretrain))
         self.history, self.max_distance = history, float(max_distance)
         self.pretrain_dags: dict[str, float] = {}  # the history's DAGs this query was clustered with
         self.refit_every = int(refit_every)
+        self.refit_window = 60  # the predictor fine-tunes on this run's last batches
         self.model = BottleneckModel(seed=seed)
         if self.policy == "learned" and self.pretrain:
             self.model.fit(self.pretrain)
@@ -155,6 +157,8 @@ class ParallelismTuner(PlannedPartitions, OperatorMetrics):
         self.applied: dict[str, int] = {SOURCE_STAGE: self.partitions} if SOURCE_STAGE in self.knobs else {}
         self.restarts = 0  # changes of a state knob (each needs a restart)
         self._batches: list[tuple[list[OperatorSample], int, float]] = []  # this run's data batches
+        self._expected: list[float] = []  # the rows expected of the batch after each of them
+        self._cuts: list[float] = []  # when each batch was cut (admitted), for the arrival rate
         self._fitted_on = 0
         self._since_change = 10**9
         self.last_proposal: dict[str, int] = {}
@@ -252,9 +256,22 @@ class ParallelismTuner(PlannedPartitions, OperatorMetrics):
         t0 = time.perf_counter()
         out = dict(fields)
         out.update(self.observe(self.last, rows=int(record.rows or 0), budget_s=self._budget(record),
-                                behind=record.within_bound is False, processing_s=record.processing_s))
+                                behind=record.within_bound is False, processing_s=record.processing_s,
+                                expected_rows=self._expected_rows(record)))
         out["tuner_s"] = round(time.perf_counter() - t0, 4)
         return out
+
+    def _expected_rows(self, record: Any) -> float | None:
+        """The batch's rows at the arrival rate (rows over the time since the last cut) times the usual
+        time between cuts (the median of the last 8), or None before two cuts."""
+        cut = getattr(record, "admitted_at", None)
+        if cut is None or not math.isfinite(cut):
+            return None
+        self._cuts = [*self._cuts[-8:], float(cut)]
+        gaps = [b - a for a, b in zip(self._cuts, self._cuts[1:]) if b > a]
+        if not gaps or not record.rows:
+            return None
+        return float(record.rows) / gaps[-1] * float(np.median(gaps))
 
     @staticmethod
     def _budget(record: Any) -> float:
@@ -262,11 +279,13 @@ class ParallelismTuner(PlannedPartitions, OperatorMetrics):
         return float(b) if b and math.isfinite(b) and b > 0 else 0.0
 
     def observe(self, samples: Sequence[OperatorSample], *, rows: int, budget_s: float,
-                behind: bool, processing_s: float | None = None) -> dict[str, Any]:
+                behind: bool, processing_s: float | None = None, expected_rows: float | None = None) -> dict[str, Any]:
         """Learn from one batch's ``samples`` and decide (the engine-free core; returns record fields).
 
         ``behind``: the batch missed its bound (a backlog is being caught up: never scale down).
         ``processing_s``: the batch's processing seconds (the cost model's overhead comes from it).
+        ``expected_rows``: the rows a batch holds at the current arrival rate (default ``rows``): a
+        batch after a restart or a late one holds a backlog too, which the next batches will not.
         """
         fields: dict[str, Any] = {"tuner_policy": self.policy}
         if self.mode == "frozen" or not samples or rows <= 0 or budget_s <= 0:
@@ -274,24 +293,31 @@ class ParallelismTuner(PlannedPartitions, OperatorMetrics):
             return fields
         self._batches.append((list(samples), rows, budget_s))
         self._batches = self._batches[-200:]
+        self._expected = [*self._expected[-7:], float(expected_rows) if expected_rows and expected_rows > 0
+                          else float(rows)]
         self._since_change += 1
         source = "ds2"
         if self.policy == "learned":
             if self.history is not None:
                 self._pretrain_from_history(samples)
-            own = transitions(self._batches, split_budget=self.split_budget, busy_share=self.busy_share)
-            batches = len(self._batches)
-            if own and (batches - self._fitted_on >= self.refit_every or not self.model.ready):
-                self.model.fit(self.pretrain, own)
-                self._fitted_on = batches
-            if self.model.ready:
-                source = (f"learned: {len(self.pretrain)} pre-training transitions"
-                          f"{f' of {len(self.pretrain_dags)} similar DAGs' if self.pretrain_dags else ''}, "
-                          f"{len(own)} of this run")
+            costed = False
             if self.costs is not None:
                 self.costs.observe(samples, processing_s=processing_s)
-                if self.costs.ready([s.key for s in samples]):
-                    source = f"cost model of {len(self.costs.stages)} stages; " + source
+                costed = self.costs.ready([s.key for s in samples])
+            if costed:  # the cost model plans the batch: the per-stage predictor is not needed (nor refitted)
+                source = (f"cost model of {len(samples)} stages, fitted on "
+                          f"{min(len(self.costs.stages[s.key].observations) for s in samples)} batches of this run")
+            else:
+                own = transitions(self._batches[-self.refit_window:], split_budget=self.split_budget,
+                                  busy_share=self.busy_share)
+                batches = len(self._batches)
+                if own and (batches - self._fitted_on >= self.refit_every or not self.model.ready):
+                    self.model.fit(self.pretrain, own)
+                    self._fitted_on = batches
+                if self.model.ready:
+                    source = (f"learned: {len(self.pretrain)} pre-training transitions"
+                              f"{f' of {len(self.pretrain_dags)} similar DAGs' if self.pretrain_dags else ''}, "
+                              f"{len(own)} of this run")
         growth = self._growth()
         proposal, reason = self._propose(samples, budget_s, growth, behind)
         fields.update(tuner_model=source, tuner_proposal=proposal, tuner_reason=reason)
@@ -313,9 +339,19 @@ class ParallelismTuner(PlannedPartitions, OperatorMetrics):
         return fields
 
     def _growth(self) -> float:
-        """The next batch's rows over this one's, expected: the recent peak over now (never below 1)."""
-        rows = [r for _, r, _ in self._batches[-4:]]
-        return max(1.0, max(rows) / rows[-1]) if rows else 1.0
+        """The next batch's rows over this one's, expected: the recent peak of the rows expected at the
+        arrival rate, over this batch's rows (below 1 where this batch held a backlog).  The learned
+        tuner also projects the recent trend past its cooldown, so that a ramp is met in one larger
+        step rather than one per cooldown (ContTune's "rarer, larger" changes)."""
+        rows = self._batches[-1][1] if self._batches else 0
+        if not rows or not self._expected:
+            return 1.0
+        recent = self._expected[-4:]
+        peak = max(recent)
+        if self.policy == "learned" and self.forecast and len(recent) >= 3:
+            slope = float(np.polyfit(np.arange(len(recent)), recent, 1)[0])
+            peak = max(peak, recent[-1] + slope * (self.cooldown + 1))
+        return peak / rows
 
     def _propose(self, samples: Sequence[OperatorSample], budget_s: float, growth: float,
                  behind: bool) -> tuple[dict[str, int], dict[str, str]]:
