@@ -63,7 +63,8 @@ def _tuning_controllers(tune: str, partitions: int, history: Path | None) -> tup
 
     policy = "learned" if tune in ("learned", "recommend") else "ds2"
     tuner = ParallelismTuner(policy=policy, mode="recommend" if tune == "recommend" else "apply",
-                             partitions=partitions, history=history if history is not None else _default_history())
+                             partitions=partitions, history=[history if history is not None else _default_history(),
+                                                             "seed"])
     return (tuner, HistoryRecorder(history))  # a bad store is a ConfigError: one line, no traceback
 
 
@@ -103,7 +104,7 @@ def _default_history():
 @click.option("--jars", default=None, help="Comma-separated jars for Spark (spark.jars), e.g. the RAPIDS Accelerator jar.")
 @click.option("--tune", default="off", show_default=True, help="off | recommend | ds2 | learned. Parallelism tuning: record each batch's Spark stages and propose each one's parallelism (recommend), or set the source stage's input partitions by DS2's rule or the learned, monotone predictor (StreamTune).")
 @click.option("--partitions", default=2, show_default=True, type=int, help="Input partitions per batch (where the source splits batches: --read executors; the tuner starts here).")
-@click.option("--history", "history", default=None, type=click.Path(path_type=Path), help="With --tune: the tuning history store to pre-train from and to add this run to [default: the kit's data directory].")
+@click.option("--history", "history", default=None, type=click.Path(path_type=Path), help="With --tune: the tuning history store to pre-train from (with the kit's seed history) and to add this run to [default: the kit's data directory].")
 def run(workload, traffic, rate, spread, policy, trigger_s, slide_s, tumbling, duration, speedup, seed, out, input_dir, spool, master, read_mode, output, device_mode, inflection_point, optimizer, confs, jars, tune, partitions, history):
     """Run a stream under an admission policy and record its metrics.
 

@@ -395,3 +395,31 @@ def test_in_the_run_loop_the_recorder_sees_the_operators_an_earlier_plugin_added
          "batch_rows": 60, "bound_s": 5.0}]
     assert t["stream_rate"][0].as_py() == pytest.approx(record["throughput_rows_s"])
     assert rec.error is None and pa.types.is_timestamp(t.schema.field("written_at").type)
+
+
+def test_the_shipped_seed_history_holds_real_runs_of_the_six_workloads_and_pretrains_a_tuner(tmp_path):
+    import json
+
+    from lmstream_kit.tune import SEED_STORE, ParallelismTuner, read_history
+    from lmstream_kit.tune.operators import OperatorSample
+
+    seed = read_history("seed")
+    assert set(seed.column("workload").to_pylist()) == {"LR1S", "LR1T", "LR2S", "CM1S", "CM1T", "CM2S"}
+    info = json.loads((SEED_STORE / "run.json").read_text())
+    assert info["made_by"] == "benchmarks/seed_history.py" and info["rows"] == seed.num_rows
+    # at random partitions: every workload's source stage ran at several parallelisms
+    for w in info["setup"]["rates"]:
+        tasks = {t for wl, op, t in zip(*(seed.column(c).to_pylist() for c in ("workload", "operator", "tasks")))
+                 if wl == w and op == "j0.s0"}
+        assert len(tasks) >= 3, (w, tasks)
+    # a store list reads as one: the user's (empty here) and the seed
+    assert read_history([tmp_path / "mine", "seed"]).num_rows == seed.num_rows
+    # a two-stage chain like LR2S's pre-trains from its cluster of the seed at the first batch
+
+    def op(key, pos, tasks, useful):
+        return OperatorSample(key, 0, pos, pos, "COMPLETE", tasks, 40_000, 1_000, useful, useful, useful,
+                              useful / tasks, 40_000 / useful, useful / tasks / 4.0, False)
+
+    tuner = ParallelismTuner(history=[tmp_path / "mine", "seed"])
+    tuner.observe([op("j0.s0", 0, 2, 1.0), op("j0.s1", 1, 2, 0.2)], rows=40_000, budget_s=4.0, behind=False)
+    assert tuner.pretrain_dags and tuner.pretrain and tuner.model.ready

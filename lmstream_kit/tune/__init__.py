@@ -2,7 +2,9 @@
 across runs, and, built on them, the tuners.  Plain Python; the engine layer reads the stages
 (``lmstream_kit.engine.stages``)."""
 
+from .costmodel import CostModel
 from .history import (
+    SEED_STORE,
     History,
     HistoryRecorder,
     HistoryWriter,
@@ -12,7 +14,7 @@ from .history import (
     stage_dag,
 )
 from .ds2 import ds2_parallelism
-from .knobs import MAX_INPUT_PARTITIONS, InputPartitions
+from .knobs import MAX_INPUT_PARTITIONS, ExplorePartitions, InputPartitions
 from .operators import OperatorMetrics, OperatorSample, operator_samples
 from .pretrain import dag_distance, history_transitions, similar_fingerprints, stage_graph
 from .predictor import BottleneckModel, Transition, transitions
@@ -20,6 +22,8 @@ from .stagesim import DAGS, DagSpec, StageSpec, load_calibration, oracle_paralle
 from .tuner import SOURCE_STAGE, ParallelismTuner
 
 __all__ = [
+    "SEED_STORE",
+    "CostModel",
     "DAGS",
     "DagSpec",
     "StageSpec",
@@ -40,6 +44,7 @@ __all__ = [
     "History",
     "HistoryRecorder",
     "HistoryWriter",
+    "ExplorePartitions",
     "InputPartitions",
     "MAX_INPUT_PARTITIONS",
     "OperatorMetrics",

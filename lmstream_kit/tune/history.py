@@ -94,6 +94,8 @@ from ..protocol import BATCH, BatchController, Param
 
 __all__ = [
     "SCHEMA",
+    "SEED",
+    "SEED_STORE",
     "History",
     "HistoryRecorder",
     "HistoryWriter",
@@ -161,8 +163,18 @@ def default_store() -> Path:
     return data_dir() / "history"
 
 
+#: the seed history the kit ships (real runs of its six workloads at random source partitions, made by
+#: ``benchmarks/seed_history.py``); ``"seed"`` names it wherever a store is asked for
+SEED_STORE = Path(__file__).resolve().parents[1] / "resources" / "seed-history"
+SEED = "seed"
+
+
 def _store_path(store: str | os.PathLike | None) -> Path:
-    return default_store() if store is None else Path(store).expanduser()
+    if store is None:
+        return default_store()
+    if isinstance(store, str) and store == SEED:
+        return SEED_STORE
+    return Path(store).expanduser()
 
 
 def _writable_store(store: str | os.PathLike | None) -> Path:
@@ -464,14 +476,16 @@ def _parts(path: Path) -> list[str]:
     return sorted(str(path / n) for n in os.listdir(path) if _PART.match(n))
 
 
-def read_history(store: str | os.PathLike | None = None, workload: str | None = None,
+def read_history(store: Any = None, workload: str | None = None,
                  fingerprint: str | None = None) -> pa.Table:
     """Every row of the store (:data:`SCHEMA`), optionally of one workload and/or one DAG fingerprint.
 
-    Parts are read in name order (run, then sequence), rows in the order they were added.  A missing
-    or empty store gives an empty table with the schema.
+    ``store``: a path, :data:`SEED` (the shipped seed history), None (:func:`default_store`), or a
+    list of these, read as one.  Parts are read in name order (run, then sequence), rows in the order
+    they were added.  A missing or empty store gives an empty table with the schema.
     """
-    files = _parts(_store_path(store))
+    stores = list(store) if isinstance(store, (list, tuple)) else [store]
+    files = [f for one in stores for f in _parts(_store_path(one))]
     if not files:
         return SCHEMA.empty_table()
     import pyarrow.dataset as pads  # here: it imports pandas, which a stream that only writes never needs

@@ -21,9 +21,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from ..exceptions import ConfigError
 from ..protocol import ADMISSION, BatchContext, BatchController, Param
 
-__all__ = ["MAX_INPUT_PARTITIONS", "InputPartitions", "PlannedPartitions", "input_partitions_field"]
+__all__ = ["MAX_INPUT_PARTITIONS", "ExplorePartitions", "InputPartitions", "PlannedPartitions",
+           "input_partitions_field"]
 
 #: the largest input partition count the knob takes
 MAX_INPUT_PARTITIONS = 4096
@@ -75,3 +77,29 @@ class InputPartitions(PlannedPartitions, BatchController):
 
     def before_batch(self, ctx: BatchContext) -> Mapping[str, Any] | None:
         return input_partitions_field(ctx)
+
+
+class ExplorePartitions(InputPartitions):
+    """Input partitions drawn at random for every admitted batch, between ``low`` and ``high`` (seeded).
+
+    For building a tuning history: batches at many parallelisms teach a tuner what a task costs
+    (``benchmarks/seed_history.py`` makes the kit's seed history with it).
+
+    >>> knob = ExplorePartitions(low=1, high=8, seed=3)
+    >>> [(knob.on_admit([]), knob.on_plan(0, 1)["partitions"])[1] for _ in range(5)]
+    [4, 3, 6, 8, 2]
+    """
+
+    def __init__(self, *, low: int = 1, high: int = 8, seed: int = 0) -> None:
+        import random
+
+        super().__init__(partitions=low)
+        self.low = self.param("partitions").validate(low, label="low")
+        self.high = self.param("partitions").validate(high, label="high")
+        if self.low > self.high:
+            raise ConfigError(f"low ({self.low}) must not exceed high ({self.high})")
+        self._rng = random.Random(seed)
+
+    def on_admit(self, pending: Sequence[Any]) -> Mapping[str, Any] | None:
+        self.partitions = self._rng.randint(self.low, self.high)
+        return super().on_admit(pending)
