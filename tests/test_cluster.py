@@ -34,3 +34,70 @@ def test_short_run_on_a_standalone_cluster(tmp_path):
     assert sum(r["rows"] for r in data) == info["feed_rows"] == 30 * 500
     # the workers were really used: the master's log shows an application that ran
     assert "Registering app" in (tmp_path / "cluster" / "master.log").read_text()
+
+
+SCALE_SCRIPT = r"""
+import json, sys, time
+from lmstream_kit.engine.executors import Executors
+from lmstream_kit.engine.session import build_session
+
+spark = build_session(master=sys.argv[1], app_name="executors-test",
+                      conf={"spark.executor.cores": "1", "spark.executor.memory": "512m"})
+ex = Executors(spark)
+deadline = time.monotonic() + 60
+while ex.count() < 2 and time.monotonic() < deadline:
+    time.sleep(0.2)
+out = {"start": ex.ids()}
+query = (spark.readStream.format("rate").option("rowsPerSecond", 100).load()
+         .writeStream.format("memory").queryName("scaled").trigger(processingTime="500 milliseconds").start())
+
+
+def advances(timeout=60):
+    seen = (query.lastProgress or {}).get("batchId", -1)
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if (query.lastProgress or {}).get("batchId", -1) > seen + 1:
+            return True
+        time.sleep(0.2)
+    return False
+
+
+out["ran_before"] = advances()
+out["down"] = ex.scale_to(1)
+out["after_down"] = {"ids": ex.ids(), "advances": advances(), "active": query.isActive}
+out["up"] = ex.scale_to(2)
+out["after_up"] = {"ids": ex.ids(), "advances": advances(), "active": query.isActive}
+try:
+    ex.scale_to(0)
+except ValueError as exc:
+    out["zero"] = str(exc)
+query.stop()
+spark.stop()
+print("RESULT " + json.dumps(out))
+"""
+
+
+def test_executors_scale_down_and_up_while_a_streaming_query_runs(tmp_path):
+    with StandaloneCluster(workers=2, cores=1, memory="1g", log_dir=tmp_path / "cluster") as cluster:
+        proc = subprocess.run([sys.executable, "-c", SCALE_SCRIPT, cluster.master_url], capture_output=True,
+                              text=True, timeout=400, cwd=REPO)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(next(line for line in proc.stdout.splitlines() if line.startswith("RESULT "))[7:])
+    assert len(out["start"]) == 2 and out["ran_before"]
+    assert out["down"]["from"] == 2 and out["down"]["to"] == 1 and out["down"]["killed"] == [out["start"][-1]]
+    assert out["after_down"] == {"ids": [out["start"][0]], "advances": True, "active": True}
+    assert out["up"]["to"] == 2 and len(out["after_up"]["ids"]) == 2
+    assert out["after_up"]["advances"] and out["after_up"]["active"]
+    assert out["zero"] == "executors must be an integer >= 1, got 0"
+
+
+def test_executors_refuse_a_local_master():
+    from lmstream_kit.engine.executors import Executors
+    from lmstream_kit.exceptions import ConfigError
+
+    class Local:
+        class sparkContext:  # noqa: N801
+            master = "local[2]"
+
+    with pytest.raises(ConfigError, match=r"^master local\[2\] runs one executor"):
+        Executors(Local())
