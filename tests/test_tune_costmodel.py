@@ -219,3 +219,27 @@ def test_the_learned_tuner_meets_a_ramp_ahead_and_ds2_at_its_recent_peak():
         for rows in (140_000, 160_000, 180_000, 200_000):  # +20,000 rows a batch
             run(t, {k: 4 for k in COSTS}, rows)
         assert t._growth() * 200_000 == pytest.approx(want), (policy, forecast)
+
+
+def test_the_cost_model_takes_the_task_slots_from_the_engine_at_every_batch():
+    from lmstream_kit.protocol import BatchContext
+
+    class Engine:
+        slots = 4
+
+        def cores(self):
+            return self.slots
+
+        def stages(self, timeout=1.0):
+            return []
+
+    engine = Engine()
+    t = tuner()
+    t.before_batch(BatchContext(0, 0, 10, (), {}, engine=engine))
+    assert t.costs.cores == 4
+    engine.slots = 8  # executors added on a cluster
+    t.before_batch(BatchContext(1, 0, 10, (), {}, engine=engine))
+    assert t.costs.cores == 8
+    fixed = tuner(cores=16)
+    fixed.before_batch(BatchContext(0, 0, 10, (), {}, engine=engine))
+    assert fixed.costs.cores == 16

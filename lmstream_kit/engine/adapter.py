@@ -46,6 +46,11 @@ class EngineBatch:
 
         return write_table(table, output_dir, self.batch_id)
 
+    def cores(self) -> int:
+        """The task slots the application has now (Spark's default parallelism: the cores of its
+        executors, or N of ``local[N]``)."""
+        return int(self.session.sparkContext.defaultParallelism)
+
     def stages(self, timeout: float = 1.0) -> list[dict]:
         """The Spark stages this batch's jobs ran, with their metrics (:mod:`~lmstream_kit.engine.stages`).
 

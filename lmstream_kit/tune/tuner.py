@@ -82,6 +82,19 @@ class ParallelismTuner(PlannedPartitions, OperatorMetrics):
         query's become pre-training transitions.  Neither this nor ``pretrain``: a cold start.
     max_distance : float
         The largest graph edit distance of a DAG in this query's cluster.
+    cost_model : bool
+        With ``policy="learned"``: plan the whole batch with a cost model of its stages
+        (:mod:`~lmstream_kit.tune.costmodel`) once each stage has three batches.
+    cores : int, optional
+        The task slots the cost model prices waves against; default: the engine's at every batch
+        (Spark's default parallelism), none without an engine.
+    headroom : float
+        The share of the batch's budget the cost model plans to fill.
+    down_gain : float
+        Scale down (and restart for a ``state`` knob) only for at least this share fewer tasks.
+    forecast : bool
+        The learned tuner plans for the recent trend of the arrival rate past its cooldown, not
+        only the recent peak.
     busy_share, cooldown, low, high, threshold, margin, utilisation : see :attr:`PARAMS`.
     refit_every : int
         Refit the model after this many batches of this run.
@@ -138,6 +151,7 @@ class ParallelismTuner(PlannedPartitions, OperatorMetrics):
             raise ConfigError(f"headroom must be in (0, 1] and down_gain in [0, 1), got {headroom!r}, {down_gain!r}")
         self.headroom, self.down_gain, self.forecast = float(headroom), float(down_gain), bool(forecast)
         self.costs = CostModel(cores=cores) if cost_model and policy == "learned" else None
+        self._cores_from_engine = cores is None  # read from the engine at every batch
         self.pretrain_cap, self.seed = int(pretrain_cap), int(seed)
         self.pretrain = self._capped(list(pretrain))
         self.history, self.max_distance = history, float(max_distance)
@@ -246,6 +260,11 @@ class ParallelismTuner(PlannedPartitions, OperatorMetrics):
     # -- the knob: the source stage's partitions (PlannedPartitions' hooks), read when Spark plans ---
     def before_batch(self, ctx: BatchContext) -> Mapping[str, Any] | None:
         super().before_batch(ctx)
+        if self.costs is not None and self._cores_from_engine and hasattr(ctx.engine, "cores"):
+            try:  # the task slots, so that the cost model prices waves beyond them (they can change on a cluster)
+                self.costs.cores = int(ctx.engine.cores()) or None
+            except Exception:  # noqa: BLE001  (without it the model assumes no waves)
+                pass
         return input_partitions_field(ctx)
 
     # -- deciding ------------------------------------------------------------------------------
