@@ -199,6 +199,21 @@ def streamed(run: Path) -> pd.DataFrame:
     return df.sort_values(["window_start", "lane"]).reset_index(drop=True)
 
 
+def windows_closed(run: Path, rows: pd.DataFrame, *, lateness_s: int = 5, size: str = "20s") -> int:
+    """The windows that the watermark in force in the run's last data batch has closed.
+
+    Spark computes a batch's watermark from the rows of the batches before it; how many batches
+    there were depends on the machine's load (``asap`` takes whatever is pending).
+    """
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    last = max((r for r in records if r["rows"] > 0), key=lambda r: r["batch_id"])
+    before = Spool(run / "spool", create=False).read_table(0, last["start_seq"]).to_pandas()
+    if before.empty:
+        return 0
+    watermark = before["ts"].max() - pd.Timedelta(seconds=lateness_s)
+    return sum(1 for start in rows["ts"].dt.floor(size).unique() if start + pd.Timedelta(size) <= watermark)
+
+
 def assert_windows_match(run: Path, rows: pd.DataFrame, *, at_least: int) -> None:
     got = streamed(run)
     assert got["window_start"].nunique() >= at_least, got
@@ -224,8 +239,9 @@ def test_lanes_from_a_file_of_its_own_matches_pandas_under_every_policy(policy, 
         s.stop()
     rows = Spool(run / "spool", create=False).read_table().to_pandas()
     assert len(rows) == 60 * 200 and sum(r["rows"] for r in s.records) == len(rows)
-    # events up to 60 s and a 5 s watermark close the windows at 0 s and 20 s
-    assert_windows_match(run, rows, at_least=2)
+    # events up to 60 s and a 5 s watermark close the windows at 0 s and 20 s, once a batch runs with
+    # that watermark (under load, fewer and bigger batches may end the run before it)
+    assert_windows_match(run, rows, at_least=max(1, min(2, windows_closed(run, rows))))
     assert all(r["bound_s"] == 2.0 for r in s.records)  # 20 s window / speedup 10
     info = json.loads((run / "run.json").read_text())
     assert info["workload"] == "LANES" and info["policy"] == policy
