@@ -307,6 +307,7 @@ class ParallelismTuner(PlannedPartitions, OperatorMetrics):
         batch after a restart or a late one holds a backlog too, which the next batches will not.
         """
         fields: dict[str, Any] = {"tuner_policy": self.policy}
+        costed = False  # the cost model has every stage fitted: it plans this batch
         if self.mode == "frozen" or not samples or rows <= 0 or budget_s <= 0:
             fields["tuner_model"] = "frozen" if self.mode == "frozen" else "no data"
             return fields
@@ -319,7 +320,6 @@ class ParallelismTuner(PlannedPartitions, OperatorMetrics):
         if self.policy == "learned":
             if self.history is not None:
                 self._pretrain_from_history(samples)
-            costed = False
             if self.costs is not None:
                 self.costs.observe(samples, processing_s=processing_s)
                 costed = self.costs.ready([s.key for s in samples])
@@ -338,7 +338,7 @@ class ParallelismTuner(PlannedPartitions, OperatorMetrics):
                               f"{f' of {len(self.pretrain_dags)} similar DAGs' if self.pretrain_dags else ''}, "
                               f"{len(own)} of this run")
         growth = self._growth()
-        proposal, reason = self._propose(samples, budget_s, growth, behind)
+        proposal, reason = self._propose(samples, budget_s, growth, behind, costed)
         fields.update(tuner_model=source, tuner_proposal=proposal, tuner_reason=reason)
         self.last_proposal, self.last_reason = proposal, reason
         if self.mode == "apply":
@@ -373,8 +373,8 @@ class ParallelismTuner(PlannedPartitions, OperatorMetrics):
         return peak / rows
 
     def _propose(self, samples: Sequence[OperatorSample], budget_s: float, growth: float,
-                 behind: bool) -> tuple[dict[str, int], dict[str, str]]:
-        if self.costs is not None and self.costs.ready([s.key for s in samples]):
+                 behind: bool, costed: bool) -> tuple[dict[str, int], dict[str, str]]:
+        if costed:
             wants, why = self._costed(samples, budget_s, growth)
         else:
             wants, why = self._per_stage(samples, budget_s, growth), None
