@@ -17,6 +17,7 @@ from typing import Any, Callable, Optional, Union
 from .admission import DRAIN, HOLD, RUN
 from .devices import DeviceMode, PlanCache, check_device_mode, device_mode_for
 from .engine.adapter import SparkEngine
+from .engine.state import state_store_confs
 from .exceptions import ConfigError, EngineError, one_line
 from .feed.make import make_feed
 from .feed.spool import Spool
@@ -101,6 +102,13 @@ class LiveStream(StreamControls):
         ``driver`` avoids a Python task per batch (~0.3-0.5 s here) and suits
         local Spark; ``executors`` scales out.  ``auto``: driver for ``local``
         masters, executors otherwise.
+    state_store : {"default", "rocksdb"}
+        The state store of the query's stateful operators when it first starts
+        (the checkpoint keeps it).  ``rocksdb`` lets :meth:`set_state_partitions`
+        repartition the state on Spark 4.2+.
+    state_partitions : int, optional
+        The state-store (shuffle) partitions of the query's first start (default:
+        the session's ``spark.sql.shuffle.partitions``); the checkpoint keeps them.
 
     Examples
     --------
@@ -138,8 +146,11 @@ class LiveStream(StreamControls):
         optimizer: Union[None, bool, dict, Any] = None,
         plan_cache: bool = True,
         controllers: tuple = (),
+        state_store: str = "default",
+        state_partitions: Optional[int] = None,
     ) -> None:
         super().__init__()
+        self._query_confs = state_store_confs(state_store, state_partitions)
         config = StreamConfig.build(
             workload, policy=policy, traffic=traffic, rate=rate, spread=spread, speedup=speedup, seed=seed,
             duration_s=duration_s, run_dir=run_dir, input_dir=input_dir, spool=spool, master=master,
@@ -327,6 +338,7 @@ class LiveStream(StreamControls):
                 on_batch=self.loop.run_batch,
                 checkpoint=checkpoint,
                 name=self.name.replace("-", "_"),
+                confs=self._query_confs,
             )
             self._start_query()
         except BaseException:
@@ -353,7 +365,8 @@ class LiveStream(StreamControls):
             self.policy, self.gate = policy, gate
 
     def _restart_query(self, param: str, old, value, *, workload: Optional[Workload] = None, policy=None,
-                       gate=None, timeout: float = 120.0, **detail) -> None:
+                       gate=None, timeout: float = 120.0, between: Optional[Callable[[], dict]] = None,
+                       **detail) -> None:
         """Restart the query from its checkpoint with a new window and/or trigger.
 
         Admission is held, the batches already admitted finish and commit, the
@@ -362,6 +375,11 @@ class LiveStream(StreamControls):
         processed twice.  The change is recorded with the first batch admitted
         after the restart.  Before :meth:`start` (or after :meth:`stop`) only the
         configuration changes.
+
+        ``between`` runs on the stopped query (its checkpoint's last batch
+        committed) and returns more detail for the change record.  Where it
+        fails, the query starts again unchanged, the change is recorded as
+        aborted with the reason, and its error is raised.
         """
         with self._restart_lock:
             if self.query is None or self._stopped:
@@ -374,18 +392,29 @@ class LiveStream(StreamControls):
                 resume_mode = self.loop.book.mode
                 self.loop.book.mode = HOLD
                 self._restarting = True
+            aborted: Optional[BaseException] = None
             try:
                 # the batches admitted before the hold finish and commit
                 self.wait(until=lambda s: s.loop.book.settled(), timeout=timeout)
                 self.engine.stop_query(is_idle=lambda: not self.loop.book.in_batch)
+                if between is not None:
+                    try:
+                        detail.update(between() or {})
+                    except (ConfigError, EngineError) as exc:
+                        aborted = exc  # the query starts again as it was
                 with self.loop.lock:
-                    self._adopt(workload, policy, gate)
+                    if aborted is None:
+                        self._adopt(workload, policy, gate)
                     self.loop.book.forget_planned()
                     self.placement.restarted()
                 self._start_query()
                 with self.loop.lock:  # admission is still held: the next admitted batch carries it
-                    self.log_change(param, value, old=old, **detail, restart=True,
-                                    restart_s=round(time.time() - t0, 3))
+                    if aborted is None:
+                        self.log_change(param, value, old=old, **detail, restart=True,
+                                        restart_s=round(time.time() - t0, 3))
+                    else:
+                        self.log_change(param, old, old=old, **detail, restart=True, aborted=one_line(aborted),
+                                        requested=value, restart_s=round(time.time() - t0, 3))
                 info = dict(self._run_info)
                 info.update(
                     policy=self.policy.name, trigger_s=self.policy.trigger_s, slide_s=self.slide_s,
@@ -403,6 +432,8 @@ class LiveStream(StreamControls):
                     self._restarting = False
                     self.loop.book.mode = resume_mode if resume_mode != HOLD else RUN
                     self.loop.batch_done.notify_all()
+            if aborted is not None:
+                raise aborted
 
     def _start_feed(self) -> None:
         """Start the generator or the ingest adapter, once.

@@ -124,6 +124,43 @@ class StreamControls(Tunable):
             self.policy, self.gate = policy, gate
             self.log_change("policy", policy.name, old=old.name)
 
+    def state_partitions(self) -> Optional[int]:
+        """How many partitions the query keeps its state in (from its checkpoint); None without state."""
+        from .engine.state import state_partitions
+
+        return state_partitions(self.run_dir / "checkpoint")
+
+    def set_state_partitions(self, partitions: int) -> None:
+        """Repartition the query's state live: stop between batches, repartition, restart (Spark 4.2+).
+
+        Admission is held, the admitted batches commit, the query stops, Spark's offline state
+        repartition (:mod:`lmstream_kit.engine.state`) rewrites the checkpoint's state into
+        ``partitions``, and the query starts again from it: no row is lost or processed twice.
+        The change is recorded as ``state_partitions`` with the first batch after the restart,
+        with the repartition's and the whole restart's seconds.  What cannot be done here (Spark
+        before 4.2, a state store other than RocksDB, no state yet) is refused before anything
+        stops; where Spark's repartition itself fails, the query starts again unchanged, the
+        change is recorded as aborted, and the error is raised.
+        """
+        if isinstance(partitions, bool) or not isinstance(partitions, int) or partitions < 1:
+            raise ConfigError(f"state partitions must be an integer >= 1, got {partitions!r}")
+        if self.query is None or self._stopped:
+            raise ConfigError(f"cannot set state partitions to {partitions}: the stream is not running "
+                              "(start it with state_partitions= to choose them)")
+        checkpoint = self.run_dir / "checkpoint"
+        reason = self.engine.state_repartition_unsupported(checkpoint)
+        if reason is not None:
+            raise ConfigError(f"cannot set state partitions to {partitions}: {reason}")
+        old = self.state_partitions()
+        if old == partitions:
+            return
+
+        def repartition() -> dict:
+            done = self.engine.repartition_state(checkpoint, partitions)
+            return {"repartition_s": done["repartition_s"]}
+
+        self._restart_query("state_partitions", old, partitions, between=repartition)
+
     def set_inflection_point(self, nbytes: float) -> None:
         """Set the inflection point by hand (bytes); it freezes the optimizer until :meth:`release_optimizer`."""
         self.placement.set_inflection_point(nbytes)

@@ -12,6 +12,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
+from lmstream_kit.exceptions import ConfigError
 from lmstream_kit.feed.spool import Spool
 from lmstream_kit.live import LiveStream
 from lmstream_kit.workloads import get_workload
@@ -40,13 +41,16 @@ def streamed(run: Path, **timestamp_columns: str) -> pd.DataFrame:
     return df
 
 
-def run_to_end(workload, run: Path, spark, *, inspect=None, **kw) -> pd.DataFrame:
+def run_to_end(workload, run: Path, spark, *, inspect=None, midway=None, **kw) -> pd.DataFrame:
     """Stream all generated traffic through ``workload``; return the rows the feed held.
 
-    ``inspect(stream)``, if given, is called once the feed has finished, before the stop.
+    ``midway(stream)``, if given, is called once the stream started; ``inspect(stream)`` once the
+    feed has finished, before the stop.
     """
     s = LiveStream(workload, policy="lmstream", speedup=10, run_dir=run, spark=spark, **kw)
     s.start()
+    if midway is not None:
+        midway(s)
     s.wait(until=lambda st: st.feed_finished(), timeout=180)
     if inspect is not None:
         inspect(s)
@@ -140,6 +144,58 @@ def test_lr2s_matches_a_batch_computation_for_every_closed_window(spark, tmp_pat
         closed_before=last_watermark(run, lateness_s=5) - 1,  # the watermark in force in the last data batch
         at_least=50,
     )
+
+
+def spark_at_least(spark, major: int, minor: int) -> bool:
+    return tuple(int(p) for p in spark.version.split(".")[:2]) >= (major, minor)
+
+
+def test_lr2s_state_repartitioned_live_keeps_every_window(spark, tmp_path):
+    """Stop, Spark's offline state repartition, restart (4.2+): every window as a batch computation."""
+    if not spark_at_least(spark, 4, 2):
+        pytest.skip(f"Spark {spark.version} has no offline state repartition (the 4.3 line runs this test)")
+    run = tmp_path / "lr2s-repartition"
+
+    def repartition(s) -> None:
+        s.wait(batches=3, timeout=120)
+        assert s.state_partitions() == 3
+        s.set_state_partitions(5)
+        assert s.state_partitions() == 5 and s.is_active
+
+    rows = run_to_end("LR2S", run, spark, midway=repartition, traffic="random", rate=500, duration_s=120,
+                      seed=11, state_store="rocksdb", state_partitions=3)
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    changes = [c for r in records for c in (r.get("changes") or []) if c["param"] == "state_partitions"]
+    assert [(c["old"], c["value"], c["restart"]) for c in changes] == [(3, 5, True)]
+    assert 0 < changes[0]["repartition_s"] <= changes[0]["restart_s"]
+    data = sorted((r for r in records if r["rows"] > 0), key=lambda r: r["batch_id"])
+    assert [r["start_seq"] for r in data[1:]] == [r["end_seq"] for r in data[:-1]], "every dataset once"
+    assert sum(r["rows"] for r in data) == len(rows)
+    keys = ["window_end", "highway", "direction", "segment"]
+    per_window = (sliding_windows(rows, 30, 10).groupby(keys)
+                  .agg(avgSpeed=("speed", "mean"), reports=("speed", "size")).reset_index())
+    assert_same_windows(
+        streamed(run, window_end="timestamp"), per_window[per_window["avgSpeed"] < 40.0], keys=keys,
+        count="reports", value="avgSpeed", closed_before=last_watermark(run, lateness_s=5) - 1, at_least=50,
+    )
+
+
+def test_state_repartition_is_refused_where_spark_cannot_do_it(spark, tmp_path):
+    """Before 4.2, or with the default state store, a one-line refusal, and the stream runs on."""
+    s = LiveStream("LR2S", policy="lmstream", traffic="constant", rate=300, speedup=10,
+                   run_dir=tmp_path / "refused", spark=spark).start()
+    try:
+        s.wait(batches=2, timeout=120)
+        before = s.state_partitions()
+        want = "RocksDB" if spark_at_least(spark, 4, 2) else "needs Spark 4.2"
+        with pytest.raises(ConfigError, match=want) as err:
+            s.set_state_partitions(before + 1)
+        assert "\n" not in str(err.value) and str(before + 1) in str(err.value)
+        n = len(s.records)
+        s.wait(batches=n + 1, timeout=120)
+        assert s.is_active and s.state_partitions() == before
+    finally:
+        s.stop()
 
 
 LR1_COLUMNS = [

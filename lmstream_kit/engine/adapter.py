@@ -170,8 +170,12 @@ class SparkEngine:
         return True
 
     def start(self, *, workload, trigger_s: float, source_options: Mapping[str, Any],
-              on_batch: Callable[[EngineBatch], None], checkpoint: Path, name: str) -> None:
-        """Start ``workload``'s query over the kit's source, with ``on_batch`` as its sink."""
+              on_batch: Callable[[EngineBatch], None], checkpoint: Path, name: str,
+              confs: Mapping[str, str] | None = None) -> None:
+        """Start ``workload``'s query over the kit's source, with ``on_batch`` as its sink.
+
+        ``confs``: SQL confs for the query's start (:func:`~lmstream_kit.engine.stream.start_query`).
+        """
         from .stream import start_query
 
         def sink(batch_df, batch_id):
@@ -182,7 +186,7 @@ class SparkEngine:
         self._batch_session = None
         self.query = start_query(self.spark, workload=workload, trigger_s=trigger_s,
                                  source_options=dict(source_options), on_batch=sink,
-                                 checkpoint=checkpoint, name=name)
+                                 checkpoint=checkpoint, name=name, confs=dict(confs or {}))
         if self._listener is not None:
             self._listener.query_id = str(self.query.id)
 
@@ -225,6 +229,20 @@ class SparkEngine:
         if self.spark is None:
             self.open()
         return query_window(self.spark, workload)
+
+    def state_repartition_unsupported(self, checkpoint: Path) -> str | None:
+        """Why the query's state cannot be repartitioned (:mod:`~lmstream_kit.engine.state`); None: it can."""
+        from .state import repartition_unsupported
+
+        if self.spark is None:
+            self.open()
+        return repartition_unsupported(self.spark, checkpoint)
+
+    def repartition_state(self, checkpoint: Path, partitions: int) -> dict:
+        """Spark's offline repartition of the stopped query's state (:func:`~lmstream_kit.engine.state.repartition_state`)."""
+        from .state import repartition_state
+
+        return repartition_state(self.spark, checkpoint, partitions)
 
     def checkpoint_offsets(self, checkpoint: Path) -> tuple[int | None, int | None]:
         from .stream import checkpoint_offsets

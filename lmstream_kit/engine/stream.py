@@ -21,8 +21,14 @@ def start_query(
     on_batch: Callable,
     checkpoint: Path,
     name: str,
+    confs: Optional[dict] = None,
 ):
-    """Start ``workload``'s query over the ``lmstream`` source with a foreachBatch sink."""
+    """Start ``workload``'s query over the ``lmstream`` source with a foreachBatch sink.
+
+    ``confs``: SQL confs in force while the query starts (Spark copies the session's confs into
+    the query then; those its checkpoint pins, the state store and the shuffle partitions, keep
+    the values of the query's first start).  The session's own values are put back after.
+    """
     reader = spark.readStream.format(SOURCE_NAME)
     for key, value in source_options.items():
         reader = reader.option(key, str(value))
@@ -35,11 +41,20 @@ def start_query(
         .foreachBatch(on_batch)
         .trigger(processingTime=f"{int(round(trigger_s * 1000))} milliseconds")
     )
+    saved = {key: spark.conf.get(key, None) for key in (confs or {})}
     try:
+        for key, value in (confs or {}).items():
+            spark.conf.set(key, str(value))
         return writer.start()
     except Exception as exc:
         first = one_line(exc)
         raise EngineError(f"could not start query {name}: {first}") from exc
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                spark.conf.unset(key)
+            else:
+                spark.conf.set(key, value)
 
 
 def write_output(batch_df, output_dir: Optional[Path], batch_id: int) -> int:

@@ -1,0 +1,175 @@
+"""A streaming query's state-store partitions: read from its checkpoint, changed offline (Spark 4.2+).
+
+The checkpoint fixes how many partitions a query's stateful operators keep their state in: the
+``spark.sql.shuffle.partitions`` that its offset log recorded when the query first ran.  Spark
+4.2 added an offline repartition (``spark._streamingCheckpointManager.repartition``: private,
+experimental, Classic only).  It runs on a *stopped* query, rewrites the state into the new
+number of partitions and commits that as one extra batch that reads no input; the next start of
+the query goes on from it.  It only rewrites RocksDB state (Spark refuses the default
+HDFS-backed store), and it refuses a checkpoint whose last batch did not commit.
+
+:func:`repartition_unsupported` says, in one line, why a checkpoint cannot be repartitioned
+here, before anything is stopped; :func:`repartition_state` runs the repartition.  The stop and
+the restart around it are the stream's (``LiveStream.set_state_partitions``).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from ..exceptions import ConfigError, EngineError, one_line
+
+__all__ = ["PROVIDER_CONF", "ROCKSDB_PROVIDER", "STATE_STORES", "checkpoint_conf", "repartition_state",
+           "repartition_unsupported", "state_partitions", "state_store_confs"]
+
+#: the SQL conf that picks the state store provider when a query first starts
+PROVIDER_CONF = "spark.sql.streaming.stateStore.providerClass"
+#: RocksDB's state store provider: the one Spark's offline repartition rewrites
+ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+#: ``state_store=`` choices: Spark's default (HDFS-backed) store, or RocksDB
+STATE_STORES = ("default", "rocksdb")
+_SHUFFLE_CONF = "spark.sql.shuffle.partitions"
+#: RocksDB copies its files with Hadoop's checksummed local file system, which the kit's sessions
+#: replace by the raw one for file:// (faster checkpoints): a RocksDB query gets it back, uncached
+_ROCKSDB_CONFS = {PROVIDER_CONF: ROCKSDB_PROVIDER, "fs.file.impl": "org.apache.hadoop.fs.LocalFileSystem",
+                  "fs.file.impl.disable.cache": "true"}
+
+
+def state_store_confs(state_store: str = "default", state_partitions: int | None = None) -> dict[str, str]:
+    """The SQL confs a query's first start needs for ``state_store`` and ``state_partitions``.
+
+    >>> state_store_confs("rocksdb", 4)[PROVIDER_CONF] == ROCKSDB_PROVIDER
+    True
+    >>> state_store_confs("default", 4)
+    {'spark.sql.shuffle.partitions': '4'}
+    >>> state_store_confs("lsm")
+    Traceback (most recent call last):
+    ...
+    lmstream_kit.exceptions.ConfigError: state_store must be 'default' or 'rocksdb', got 'lsm'
+    """
+    if state_store not in STATE_STORES:
+        raise ConfigError(f"state_store must be 'default' or 'rocksdb', got {state_store!r}")
+    confs = dict(_ROCKSDB_CONFS) if state_store == "rocksdb" else {}
+    if state_partitions is not None:
+        if isinstance(state_partitions, bool) or not isinstance(state_partitions, int) or state_partitions < 1:
+            raise ConfigError(f"state_partitions must be an integer >= 1, got {state_partitions!r}")
+        confs[_SHUFFLE_CONF] = str(state_partitions)
+    return confs
+
+
+def _last_batch(directory: Path) -> Path | None:
+    ids = [int(p.name) for p in directory.iterdir() if p.name.isdigit()] if directory.is_dir() else []
+    return directory / str(max(ids)) if ids else None
+
+
+def checkpoint_conf(checkpoint: str | Path, batch: int | None = None) -> dict[str, str]:
+    """The SQL confs the checkpoint's offset-log entry of ``batch`` (default: the newest) pins; {} if none."""
+    offsets = Path(checkpoint) / "offsets"
+    last = _last_batch(offsets) if batch is None else offsets / str(batch)
+    if last is None or not last.is_file():
+        return {}
+    try:
+        meta = json.loads(last.read_text().splitlines()[1])
+    except (OSError, IndexError, json.JSONDecodeError):
+        return {}
+    conf = meta.get("conf") if isinstance(meta, dict) else None
+    return {str(k): str(v) for k, v in conf.items()} if isinstance(conf, dict) else {}
+
+
+def _committed(checkpoint: Path) -> int | None:
+    last = _last_batch(checkpoint / "commits")
+    return int(last.name) if last is not None else None
+
+
+def state_partitions(checkpoint: str | Path) -> int | None:
+    """How many partitions the checkpoint's last committed batch keeps its state in; None without state."""
+    checkpoint = Path(checkpoint)
+    committed = _committed(checkpoint)
+    if committed is None or not (checkpoint / "state").is_dir():
+        return None
+    value = checkpoint_conf(checkpoint, committed).get(_SHUFFLE_CONF)
+    return int(value) if value is not None and value.isdigit() else None
+
+
+def _rollback(checkpoint: Path, batch: int) -> None:
+    """Remove what an unfinished repartition wrote as ``batch``: its offset-log entry and its state files.
+
+    Spark refuses to start a query whose newest offset-log entry is an unfinished repartition; with
+    it gone, the query starts again from the last committed batch, as before the repartition.
+    """
+    for name in (str(batch), f".{batch}.crc"):
+        (checkpoint / "offsets" / name).unlink(missing_ok=True)
+    state = checkpoint / "state"
+    if state.is_dir():
+        for path in state.rglob(f"{batch}.*"):
+            if path.is_file():
+                path.unlink()
+        for path in state.rglob(f".{batch}.*"):
+            if path.is_file():
+                path.unlink()
+
+
+def _version(text: str) -> tuple[int, int]:
+    parts = (text.split(".") + ["0", "0"])[:2]
+    return tuple(int("".join(ch for ch in p if ch.isdigit()) or 0) for p in parts)  # type: ignore[return-value]
+
+
+def repartition_unsupported(spark: Any, checkpoint: str | Path) -> str | None:
+    """Why the query of ``checkpoint`` cannot have its state repartitioned here (None: it can)."""
+    version = str(getattr(spark, "version", "") or "")
+    if _version(version) < (4, 2):
+        return f"Spark {version or '?'} has no offline state repartition (it needs Spark 4.2+)"
+    try:
+        manager = getattr(spark, "_streamingCheckpointManager", None)
+    except Exception:  # noqa: BLE001  (Spark Connect raises on the private attribute)
+        manager = None
+    if manager is None or not hasattr(manager, "repartition"):
+        return "this SparkSession has no streaming checkpoint manager (Spark Classic only, not Spark Connect)"
+    if state_partitions(checkpoint) is None:
+        return "the query keeps no state yet (its checkpoint has no state after a committed batch)"
+    provider = checkpoint_conf(checkpoint, _committed(Path(checkpoint))).get(PROVIDER_CONF, "")
+    if provider != ROCKSDB_PROVIDER:
+        name = provider.rsplit(".", 1)[-1] or "the default"
+        return (f"the query keeps its state in {name} and Spark repartitions only RocksDB state "
+                f"(start the stream with state_store='rocksdb')")
+    return None
+
+
+def repartition_state(spark: Any, checkpoint: str | Path, partitions: int) -> dict[str, Any]:
+    """Repartition the stopped query's state into ``partitions``; what it did (``old``, ``new``, seconds).
+
+    The query must be stopped with its last batch committed.  Raises ConfigError (one line, before
+    touching anything) where it cannot be done here, and EngineError where Spark's repartition
+    itself fails.
+    """
+    reason = repartition_unsupported(spark, checkpoint)
+    if reason is not None:
+        raise ConfigError(f"cannot repartition the state into {partitions}: {reason}")
+    old = state_partitions(checkpoint)
+    if partitions == old:
+        raise ConfigError(f"the state is already in {partitions} partitions")
+    checkpoint = Path(checkpoint)
+    committed = _committed(checkpoint)
+    if _last_batch(checkpoint / "offsets") != checkpoint / "offsets" / str(committed):
+        raise ConfigError(f"cannot repartition the state into {partitions}: the checkpoint's last batch did not "
+                          f"commit (last committed: {committed}); start the query to finish it")
+    saved = {key: spark.conf.get(key, None) for key in _ROCKSDB_CONFS}
+    t0 = time.perf_counter()
+    try:
+        for key, value in _ROCKSDB_CONFS.items():
+            spark.conf.set(key, value)
+        spark._streamingCheckpointManager.repartition(str(checkpoint), int(partitions))
+    except Exception as exc:  # noqa: BLE001  (Py4J's error, as one line)
+        if committed is not None:
+            _rollback(checkpoint, committed + 1)
+        raise EngineError(f"Spark's state repartition into {partitions} failed (rolled back): {one_line(exc)}") from exc
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                spark.conf.unset(key)
+            else:
+                spark.conf.set(key, value)
+    return {"old": old, "new": int(partitions), "repartition_s": round(time.perf_counter() - t0, 3)}
