@@ -126,9 +126,7 @@ class StreamControls(Tunable):
 
     def state_partitions(self) -> Optional[int]:
         """How many partitions the query keeps its state in (from its checkpoint); None without state."""
-        from .engine.state import state_partitions
-
-        return state_partitions(self.run_dir / "checkpoint")
+        return self.engine.state_partitions(self.run_dir / "checkpoint")
 
     def set_state_partitions(self, partitions: int) -> None:
         """Repartition the query's state live: stop between batches, repartition, restart (Spark 4.2+).

@@ -230,6 +230,12 @@ class SparkEngine:
             self.open()
         return query_window(self.spark, workload)
 
+    def state_partitions(self, checkpoint: Path) -> int | None:
+        """The partitions the checkpoint keeps the query's state in (None without state)."""
+        from .state import state_partitions
+
+        return state_partitions(checkpoint)
+
     def state_repartition_unsupported(self, checkpoint: Path) -> str | None:
         """Why the query's state cannot be repartitioned (:mod:`~lmstream_kit.engine.state`); None: it can."""
         from .state import repartition_unsupported
