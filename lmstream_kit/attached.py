@@ -164,13 +164,18 @@ class AttachedStream(Tunable):
         """
         if not isinstance(controller, BatchController):
             raise ConfigError(f"add_controller needs a BatchController, got {type(controller).__name__}")
-        check = getattr(controller, "attach_check", None)
-        if check is not None:
-            check(_KIT_SOURCE)
+        controller.plugged(self)
         controller.bind_changelog(self.changelog)
         with self._cond:
             self._plugins.append(controller)
         return controller
+
+    def parallelism_unsupported(self, kind: str) -> str | None:
+        """An attached query sets no parallelism for a controller (a :class:`~lmstream_kit.protocol.StreamHost`)."""
+        return f"setting parallelism {_KIT_SOURCE}"
+
+    def request_state_partitions(self, partitions: int, why: str = "") -> None:
+        raise ConfigError(f"cannot set state partitions to {partitions}: setting parallelism {_KIT_SOURCE}")
 
     @property
     def controllers(self) -> list[BatchController]:

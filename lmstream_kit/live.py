@@ -223,6 +223,7 @@ class LiveStream(StreamControls):
 
     def add_controller(self, controller: BatchController) -> BatchController:
         """Plug a per-batch controller into the run loop; its hooks run from the next batch boundary."""
+        controller.plugged(self)
         return self.loop.add_controller(controller)
 
     def record_fields(self) -> dict[str, str]:

@@ -45,6 +45,7 @@ __all__ = [
     "Control",
     "LiveView",
     "Param",
+    "StreamHost",
     "StreamInfo",
     "Tunable",
     "positive",
@@ -352,6 +353,9 @@ class BatchController(Tunable):
     ``after_batch(record)``
         the batch completed and its record is computed: learn from it, and return
         fields to add to the record (or None) before it is written;
+    ``plugged(host)``
+        it was plugged into ``host`` (a :class:`StreamHost`: a LiveStream, an attached query),
+        which says what it can change for the controller; raise ConfigError to refuse the host;
     ``close()``
         the stream stops.
     """
@@ -371,8 +375,29 @@ class BatchController(Tunable):
     def after_batch(self, record: Any) -> Mapping[str, Any] | None:
         return None
 
+    def plugged(self, host: "StreamHost") -> None:
+        return None
+
     def close(self) -> None:
         return None
+
+
+@runtime_checkable
+class StreamHost(Protocol):
+    """What a stream does for the controllers plugged into it (:meth:`BatchController.plugged`).
+
+    ``parallelism_unsupported(kind)``: why the stream cannot set a parallelism knob of ``kind``
+    (``"input"``: the source's partitions per batch; ``"shuffle"``: a stateless shuffle's;
+    ``"state"``: the state store's, with a restart), or None where it can.
+    ``request_state_partitions(n, why)``: repartition the query's state into ``n`` at the next
+    batch boundary, in the background (the stream records the change, or why it was aborted).
+    """
+
+    def parallelism_unsupported(self, kind: str) -> str | None:
+        """Why this stream cannot set a knob of ``kind`` (None: it can)."""
+
+    def request_state_partitions(self, partitions: int, why: str = "") -> None:
+        """Repartition the query's state into ``partitions`` soon (a restart), without waiting."""
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,7 @@ where Spark needs it) and declares every control a view draws.
 
 from __future__ import annotations
 
+import threading
 from typing import Any, Optional
 
 from .exceptions import ConfigError
@@ -128,7 +129,7 @@ class StreamControls(Tunable):
         """How many partitions the query keeps its state in (from its checkpoint); None without state."""
         return self.engine.state_partitions(self.run_dir / "checkpoint")
 
-    def set_state_partitions(self, partitions: int) -> None:
+    def set_state_partitions(self, partitions: int, *, why: str = "") -> None:
         """Repartition the query's state live: stop between batches, repartition, restart (Spark 4.2+).
 
         Admission is held, the admitted batches commit, the query stops, Spark's offline state
@@ -157,7 +158,42 @@ class StreamControls(Tunable):
             done = self.engine.repartition_state(checkpoint, partitions)
             return {"repartition_s": done["repartition_s"]}
 
-        self._restart_query("state_partitions", old, partitions, between=repartition)
+        self._restart_query("state_partitions", old, partitions, between=repartition, **({"why": why} if why else {}))
+
+    # ------------------------------------------------------------------ for plugged controllers (StreamHost)
+    def parallelism_unsupported(self, kind: str) -> Optional[str]:
+        """Why this stream cannot set a parallelism knob of ``kind`` for a controller (None: it can)."""
+        if kind == "input":
+            return None
+        if kind == "shuffle":
+            return ("the kit's queries shuffle into Spark's stateful operators, whose partitions are the "
+                    "state store's (a 'state' knob)")
+        if kind != "state":
+            return f"unknown knob kind {kind!r}"
+        if self.query is None or self._stopped:
+            return "the stream is not running"
+        return self.engine.state_repartition_unsupported(self.run_dir / "checkpoint")
+
+    def request_state_partitions(self, partitions: int, why: str = "") -> None:
+        """Repartition the state into ``partitions`` in the background (:meth:`set_state_partitions`).
+
+        For a controller deciding inside the run loop, which must not wait for the restart.  A
+        request while a restart runs is dropped (the controller asks again).  A refusal or a failure
+        is recorded as an aborted ``state_partitions`` change, with the reason.
+        """
+        if self._restarting:
+            return
+
+        def run() -> None:
+            try:
+                self.set_state_partitions(partitions, why=why)
+            except ConfigError as exc:  # refused before stopping: nothing changed
+                self.log_change("state_partitions", self.state_partitions(), aborted=str(exc), requested=partitions,
+                                why=why)
+            except Exception:  # noqa: BLE001  (set_state_partitions recorded it, and the stream failed or ran on)
+                pass
+
+        threading.Thread(target=run, name=f"state-partitions-{partitions}", daemon=True).start()
 
     def set_inflection_point(self, nbytes: float) -> None:
         """Set the inflection point by hand (bytes); it freezes the optimizer until :meth:`release_optimizer`."""

@@ -202,3 +202,46 @@ def test_compare_runs_every_tuner_from_the_same_start_in_the_simulator():
     ds2, peak = rows
     assert peak["reconfigurations"] == 0 and ds2["reconfigurations"] > 0 and peak["batches"] > 20
     assert max(peak["final_parallelism"].values()) >= 4  # provisioned for the x3 peak
+
+
+class Host:
+    """A stream the tuner is plugged into (a StreamHost): what it refuses, and the requests it got."""
+
+    def __init__(self, **refuses):
+        self.refuses = refuses
+        self.requests = []
+
+    def parallelism_unsupported(self, kind):
+        return self.refuses.get(kind)
+
+    def request_state_partitions(self, partitions, why=""):
+        self.requests.append((partitions, why))
+
+
+def test_a_state_knob_asks_the_stream_to_repartition_the_state_once_with_the_largest_count():
+    t = tuner(policy="ds2", partitions=1, cooldown=0, knobs={"j0.s1": "state"}, allow_restarts=True)
+    host = Host()
+    t.plugged(host)
+    # j0.s1 at 2 with 2.8 s of work: ds2 wants ceil((0.4 + 2.8) / 0.7) = 5
+    f = t.observe(batch(1, 0.1, p_after=2, work_after=2.8), rows=10_000, budget_s=1.0, behind=True)
+    assert f["tuner_reason"]["j0.s1"] == "apply: 2 -> 5"
+    assert host.requests == [(5, "tuner: j0.s1 2 -> 5")] and t.restarts == 1
+
+
+def test_a_state_knob_the_stream_cannot_set_is_fixed_with_the_streams_reason():
+    t = tuner(policy="ds2", partitions=1, cooldown=0, knobs={"j0.s1": "state"}, allow_restarts=True)
+    host = Host(state="Spark 4.1.4 has no offline state repartition (it needs Spark 4.2+)")
+    t.plugged(host)
+    f = t.observe(batch(1, 0.1, p_after=2, work_after=2.8), rows=10_000, budget_s=1.0, behind=True)
+    assert f["tuner_reason"]["j0.s1"] == "fixed: Spark 4.1.4 has no offline state repartition (it needs Spark 4.2+)"
+    assert host.requests == [] and t.restarts == 0
+
+
+def test_a_stream_that_sets_no_parallelism_takes_only_a_recommending_tuner():
+    host = Host(input="setting parallelism needs the kit's own source")
+    with pytest.raises(ConfigError, match=r"^a ParallelismTuner on this stream can only recommend: .*own source\)$"):
+        tuner(policy="ds2", mode="apply").plugged(host)
+    t = tuner(policy="ds2", mode="recommend")
+    t.plugged(host)
+    with pytest.raises(ConfigError, match=r"^tuner.mode cannot be 'apply' here: setting parallelism needs"):
+        t.set_param("mode", "apply")

@@ -180,6 +180,30 @@ def test_lr2s_state_repartitioned_live_keeps_every_window(spark, tmp_path):
     )
 
 
+def test_a_tuner_with_a_state_knob_repartitions_the_state_of_a_live_stream(spark, tmp_path):
+    """ParallelismTuner(knobs={stage: "state"}) on a LiveStream: the stream repartitions live (4.2+)."""
+    if not spark_at_least(spark, 4, 2):
+        pytest.skip(f"Spark {spark.version} has no offline state repartition (the 4.3 line runs this test)")
+    from lmstream_kit.tune import ParallelismTuner
+
+    # bounds 3..3: whatever the load, the tuner's first proposal for the stateful stage is 1 -> 3
+    tuner = ParallelismTuner(policy="ds2", knobs={"j0.s1": "state"}, allow_restarts=True, low=3, high=3,
+                             cooldown=0)
+    run = tmp_path / "tuned"
+    s = LiveStream("LR2S", policy="lmstream", traffic="constant", rate=300, speedup=10, run_dir=run, spark=spark,
+                   state_store="rocksdb", state_partitions=1, controllers=[tuner]).start()
+    try:
+        s.wait(until=lambda st: st.state_partitions() == 3 and len(st.records) >= 6, timeout=150)
+        assert s.is_active
+    finally:
+        s.stop()
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    changes = [c for r in records for c in (r.get("changes") or []) if c["param"] == "state_partitions"]
+    assert [(c["old"], c["value"], c["why"]) for c in changes] == [(1, 3, "tuner: j0.s1 1 -> 3")]
+    data = sorted((r for r in records if r["rows"] > 0), key=lambda r: r["batch_id"])
+    assert [r["start_seq"] for r in data[1:]] == [r["end_seq"] for r in data[:-1]], "every dataset once"
+
+
 def test_state_repartition_is_refused_where_spark_cannot_do_it(spark, tmp_path):
     """Before 4.2, or with the default state store, a one-line refusal, and the stream runs on."""
     s = LiveStream("LR2S", policy="lmstream", traffic="constant", rate=300, speedup=10,

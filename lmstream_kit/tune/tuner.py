@@ -178,14 +178,18 @@ class ParallelismTuner(PlannedPartitions, OperatorMetrics):
         self.last_proposal: dict[str, int] = {}
         self.last_reason: dict[str, str] = {}
         self._recommend_only: str | None = None  # why it may not apply (a query the kit did not build)
+        self._blocked: dict[str, str | None] = {}  # knob kind -> why the stream cannot set it, this batch
+        self._host = None  # the stream it is plugged into (None in the simulator: every knob applies there)
 
-    def attach_check(self, reason: str) -> None:
-        """Plugged into an attached query (:meth:`~lmstream_kit.attached.AttachedStream.add_controller`):
-        it can only recommend, since ``reason``."""
-        if self.mode == "apply":
-            raise ConfigError(f"a ParallelismTuner on an attached query can only recommend: set mode='recommend' "
-                              f"(got mode 'apply'; setting parallelism {reason})")
+    def plugged(self, host) -> None:
+        """Plugged into a stream (:class:`~lmstream_kit.protocol.StreamHost`): where the stream cannot set
+        the source's partitions (an attached query), only ``recommend`` and ``frozen`` are allowed."""
+        reason = host.parallelism_unsupported("input")
+        if reason is not None and self.mode == "apply":
+            raise ConfigError(f"a ParallelismTuner on this stream can only recommend: set mode='recommend' "
+                              f"(got mode 'apply'; {reason})")
         self._recommend_only = reason
+        self._host = host
 
     def _capped(self, rows: list[Transition]) -> list[Transition]:
         """At most ``pretrain_cap`` transitions (a seeded sample), so that a refit stays light."""
@@ -218,7 +222,7 @@ class ParallelismTuner(PlannedPartitions, OperatorMetrics):
     # -- live parameters ----------------------------------------------------------------------
     def _apply_mode(self, value: str) -> None:
         if value == "apply" and self._recommend_only:
-            raise ConfigError(f"tuner.mode cannot be 'apply' here: setting parallelism {self._recommend_only}")
+            raise ConfigError(f"tuner.mode cannot be 'apply' here: {self._recommend_only}")
         old, self.mode = self.mode, value
         self.log_change("mode", value, old=old)
 
@@ -338,11 +342,15 @@ class ParallelismTuner(PlannedPartitions, OperatorMetrics):
                               f"{f' of {len(self.pretrain_dags)} similar DAGs' if self.pretrain_dags else ''}, "
                               f"{len(own)} of this run")
         growth = self._growth()
+        # what the stream cannot set (asked once per batch): on real Spark a state knob needs 4.2+ and RocksDB
+        self._blocked = {kind: self._host.parallelism_unsupported(kind) for kind in ("shuffle", "state")
+                         if kind in self.knobs.values()} if self._host is not None else {}
         proposal, reason = self._propose(samples, budget_s, growth, behind, costed)
         fields.update(tuner_model=source, tuner_proposal=proposal, tuner_reason=reason)
         self.last_proposal, self.last_reason = proposal, reason
         if self.mode == "apply":
             changed = False
+            state: dict[str, int] = {}
             for key, want in proposal.items():
                 if not reason.get(key, "").startswith("apply"):
                     continue
@@ -352,7 +360,12 @@ class ParallelismTuner(PlannedPartitions, OperatorMetrics):
                 else:
                     self.log_change(f"parallelism.{key}", want, old=self.applied.get(key))
                 self.applied[key] = want
-                self.restarts += self.knobs.get(key) == "state"
+                if self.knobs.get(key) == "state":
+                    self.restarts += 1
+                    state[key] = want
+            if state and self._host is not None:  # Spark keeps one state partition count per query
+                self._host.request_state_partitions(max(state.values()), why="tuner: " + "; ".join(
+                    f"{k} {reason[k].split(': ', 1)[1]}" for k in sorted(state)))
             if changed:
                 self._since_change = 0
         return fields
@@ -388,6 +401,8 @@ class ParallelismTuner(PlannedPartitions, OperatorMetrics):
                 reason[s.key] = _FIXED_REASON if s.job == 0 else "fixed: not a knob of the lmstream source"
             elif kind == "state" and not self.allow_restarts and want != s.tasks:
                 reason[s.key] = "fixed: state-store partitions change only with a restart (allow_restarts=False)"
+            elif self._blocked.get(kind) and want != s.tasks:
+                reason[s.key] = f"fixed: {self._blocked[kind]}"
             elif want == s.tasks:
                 reason[s.key] = f"hold: {why}" if why else "hold: no change needed"
             elif want < s.tasks and behind:
