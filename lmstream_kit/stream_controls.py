@@ -125,6 +125,16 @@ class StreamControls(Tunable):
             self.policy, self.gate = policy, gate
             self.log_change("policy", policy.name, old=old.name)
 
+    def restart(self) -> None:
+        """Restart the query from its checkpoint at a batch boundary, changing nothing.
+
+        What any change that Spark takes only on a restart costs (the stop-and-restart baseline
+        of a live change); recorded as a ``restart`` change with its seconds.
+        """
+        if self.query is None or self._stopped:
+            raise ConfigError("cannot restart the query: the stream is not running")
+        self._restart_query("restart", None, None)
+
     def state_partitions(self) -> Optional[int]:
         """How many partitions the query keeps its state in (from its checkpoint); None without state."""
         return self.engine.state_partitions(self.run_dir / "checkpoint")

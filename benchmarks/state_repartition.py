@@ -1,0 +1,153 @@
+"""What a live change of a query's state-store partitions costs on Spark 4.2+, against the state's size.
+
+    .venv-spark43/bin/python benchmarks/state_repartition.py                      # LR1S, 3 rates, this VM
+    .venv-spark43/bin/python benchmarks/state_repartition.py --workload LR2S --rates 500,2000
+
+For each offered rate (more rows in the join's or window's state), one stream (RocksDB state store,
+``--from`` state partitions, fixed trigger) runs ``--warm`` batches, then side by side:
+
+* ``restart``: ``LiveStream.restart()``, a stop and a start from the checkpoint that changes
+  nothing: what any change that Spark takes only on a restart costs (the baseline);
+* ``repartition``: ``LiveStream.set_state_partitions(--to)``: stop, Spark's offline state
+  repartition, start (``lmstream_kit.engine.state``).
+
+Per change it writes: the state's rows (Spark's ``numRowsTotal``) and bytes on disk, the whole
+change's seconds (admission held, the admitted batches committed, stop, [repartition,] start),
+Spark's repartition alone, the *downtime* (the gap between the completions of the batch before and
+the batch after the change, less the trigger interval), and the *latency spike* (the largest batch
+latency of the next five batches, less the median before the change).  Every number is
+**measured** on the machine named in the file (``state-repartition-<host>-<date>.json``/``.csv``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import platform
+import shutil
+import socket
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from lmstream_kit.bench.outputs import machine_info  # noqa: E402
+
+
+def state_bytes(checkpoint: Path) -> int:
+    """Bytes of the checkpoint's state directory (every version RocksDB keeps)."""
+    return sum(p.stat().st_size for p in (checkpoint / "state").rglob("*") if p.is_file())
+
+
+def change_costs(records: list[dict], param: str, trigger_s: float) -> dict:
+    """Downtime and latency spike around the first ``param`` change (records in batch order)."""
+    data = [r for r in records if r.get("rows")]
+    at = next(i for i, r in enumerate(data) if any(c.get("param") == param for c in r.get("changes") or []))
+    before, after = data[:at], data[at:at + 5]
+    steady = statistics.median(r["max_latency_s"] for r in before[-5:])
+    return {"downtime_s": round(max(0.0, data[at]["completed_at"] - before[-1]["completed_at"] - trigger_s), 3),
+            "latency_spike_s": round(max(r["max_latency_s"] for r in after) - steady, 3),
+            "steady_latency_s": round(steady, 3)}
+
+
+def one_rate(rate: float, args, spark, run_dir: Path) -> list[dict]:
+    from lmstream_kit.live import LiveStream
+
+    s = LiveStream(args.workload, policy="fixed", trigger_s=args.trigger_s, rate=rate, speedup=args.speedup,
+                   traffic="constant", run_dir=run_dir, spark=spark, state_store="rocksdb",
+                   state_partitions=args.from_partitions)
+    wall_trigger = args.trigger_s / args.speedup
+    rows = []
+    s.start()
+    try:
+        for kind in ("restart", "repartition"):
+            n = len([r for r in s.records if r.get("rows")])
+            s.wait(until=lambda st: len([r for r in st.records if r.get("rows")]) >= n + args.warm, timeout=600)
+            last = [r for r in s.records if r.get("rows")][-1]
+            size = {"state_rows": last.get("state_rows"), "state_bytes": state_bytes(run_dir / "checkpoint")}
+            if kind == "restart":
+                s.restart()
+            else:
+                s.set_state_partitions(args.to_partitions)
+            n = len([r for r in s.records if r.get("rows")])
+            s.wait(until=lambda st: len([r for r in st.records if r.get("rows")]) >= n + 6, timeout=600)
+            change = next(c for r in s.records for c in r.get("changes") or []
+                          if c.get("param") == ("restart" if kind == "restart" else "state_partitions"))
+            rows.append({"rate": rate, "change": kind, **size,
+                         "partitions": f"{args.from_partitions}->{args.to_partitions}" if kind == "repartition"
+                         else str(args.from_partitions),
+                         "change_s": change["restart_s"], "repartition_s": change.get("repartition_s"),
+                         **change_costs(s.records, change["param"], wall_trigger)})
+    finally:
+        s.stop()
+    return rows
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--workload", default="LR1S", help="a stateful workload [LR1S: a join, its state grows with the rate]")
+    ap.add_argument("--rates", default="250,1000,4000", help="offered rows/s (simulated time), one stream each")
+    ap.add_argument("--from", dest="from_partitions", type=int, default=2, help="state partitions at the start")
+    ap.add_argument("--to", dest="to_partitions", type=int, default=4, help="state partitions after the change")
+    ap.add_argument("--warm", type=int, default=5, help="batches before each change")
+    ap.add_argument("--speedup", type=float, default=4.0)
+    ap.add_argument("--trigger-s", type=float, default=8.0, help="the fixed trigger, simulated seconds")
+    ap.add_argument("--master", default="local[2]")
+    ap.add_argument("--out", type=Path, default=Path("benchmarks/results"))
+    args = ap.parse_args(argv)
+    try:
+        rates = [float(x) for x in args.rates.split(",") if x.strip()]
+        if not rates or min(rates) <= 0 or args.from_partitions < 1 or args.to_partitions < 1:
+            raise ValueError
+    except ValueError:
+        print(f"error: --rates must be positive numbers and --from/--to >= 1, got {args.rates!r}", file=sys.stderr)
+        return 2
+    if args.from_partitions == args.to_partitions:
+        print(f"error: --from and --to must differ, got {args.from_partitions} both", file=sys.stderr)
+        return 2
+
+    from tqdm import tqdm
+
+    from lmstream_kit.engine.session import build_session, spark_version
+
+    spark = build_session(master=args.master, app_name="lmstream_kit-state-repartition", conf={})
+    if tuple(int(p) for p in spark.version.split(".")[:2]) < (4, 2):
+        print(f"error: Spark {spark.version} has no offline state repartition (run it with the 4.3 line: "
+              ".venv-spark43/bin/python)", file=sys.stderr)
+        spark.stop()
+        return 2
+    tmp = Path(tempfile.mkdtemp(prefix="state-repartition-"))
+    runs = []
+    try:
+        for rate in tqdm(rates, unit="stream", desc=f"state repartition {args.workload}"):
+            runs += one_rate(rate, args, spark, tmp / f"r{rate:g}")
+    finally:
+        spark.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
+    host = socket.gethostname().split(".")[0] or "host"
+    meta = {"simulated": False, "machine": {"host": host, **machine_info()}, "python": platform.python_version(),
+            "spark": spark_version(), "argv": sys.argv[1:], "workload": args.workload, "master": args.master,
+            "speedup": args.speedup, "trigger_s": args.trigger_s, "when": time.strftime("%Y-%m-%d %H:%M:%S %Z")}
+    args.out.mkdir(parents=True, exist_ok=True)
+    path = args.out / f"state-repartition-{host}-{time.strftime('%Y%m%d-%H%M%S')}.json"
+    path.write_text(json.dumps({"meta": meta, "runs": runs}, indent=1) + "\n")
+    with open(path.with_suffix(".csv"), "w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=list(runs[0]))
+        writer.writeheader()
+        writer.writerows(runs)
+    print(f"\nMEASURED on {host} ({args.master}), Spark {spark_version()}, {args.workload}")
+    print(f"{'rate':>6} {'change':12} {'state rows':>10} {'state MB':>8} {'change s':>8} {'repart s':>8} "
+          f"{'downtime s':>10} {'spike s':>7}")
+    for r in runs:
+        print(f"{r['rate']:6g} {r['change']:12} {r['state_rows']!s:>10} {r['state_bytes'] / 1e6:8.2f} "
+              f"{r['change_s']:8.2f} {r['repartition_s']!s:>8} {r['downtime_s']:10.2f} {r['latency_spike_s']:7.2f}")
+    print(f"results: {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
