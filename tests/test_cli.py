@@ -64,6 +64,8 @@ def test_help_explains_the_commands():
         (["--device-mode", "gpu"], ["gpu"]),
         (["--tune", "dhalion"], ["dhalion"]),
         (["--partitions", "0"], ["--partitions", "0"]),
+        (["--state-partitions", "0"], ["state_partitions must be an integer >= 1, got 0"]),
+        (["--state-store", "lsm"], ["lsm"]),
     ],
 )
 def test_bad_input_gets_one_line_and_no_traceback(args, needles, tmp_path):

@@ -218,8 +218,13 @@ def test_state_repartition_is_refused_where_spark_cannot_do_it(spark, tmp_path):
         n = len(s.records)
         s.wait(batches=n + 1, timeout=120)
         assert s.is_active and s.state_partitions() == before
+        s.restart()  # the stop-and-restart baseline: nothing changes, the restart is recorded
+        s.wait(batches=len(s.records) + 1, timeout=120)
+        assert s.is_active and s.state_partitions() == before
     finally:
         s.stop()
+    changes = [c for r in s.records for c in (r.get("changes") or []) if c["param"] in ("restart", "state_partitions")]
+    assert [(c["param"], c["old"], c["value"], c["restart"]) for c in changes] == [("restart", 0, 1, True)]
 
 
 LR1_COLUMNS = [
