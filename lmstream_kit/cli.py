@@ -105,7 +105,7 @@ def _default_history():
 @click.option("--tune", default="off", show_default=True, help="off | recommend | ds2 | learned. Parallelism tuning: record each batch's Spark stages and propose each one's parallelism (recommend), or set the source stage's input partitions by DS2's rule or the learned, monotone predictor (StreamTune).")
 @click.option("--partitions", default=2, show_default=True, type=int, help="Input partitions per batch (where the source splits batches: --read executors; the tuner starts here).")
 @click.option("--history", "history", default=None, type=click.Path(path_type=Path), help="With --tune: the tuning history store to pre-train from (with the kit's seed history) and to add this run to [default: the kit's data directory].")
-@click.option("--state-store", default="default", show_default=True, type=click.Choice(["default", "rocksdb"]), help="State store of the query's stateful operators at its first start (the checkpoint keeps it); rocksdb lets Spark 4.2+ repartition the state live.")
+@click.option("--state-store", default="default", show_default=True, help="default | rocksdb. State store of the query's stateful operators at its first start (the checkpoint keeps it); rocksdb lets Spark 4.2+ repartition the state live.")
 @click.option("--state-partitions", default=None, type=int, help="State-store partitions at the query's first start [default: the session's spark.sql.shuffle.partitions, 2].")
 def run(workload, traffic, rate, spread, policy, trigger_s, slide_s, tumbling, duration, speedup, seed, out, input_dir, spool, master, read_mode, output, device_mode, inflection_point, optimizer, confs, jars, tune, partitions, history, state_store, state_partitions):
     """Run a stream under an admission policy and record its metrics.
