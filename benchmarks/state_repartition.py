@@ -23,20 +23,16 @@ latency of the next five batches, less the median before the change).  Every num
 from __future__ import annotations
 
 import argparse
-import csv
 import json
-import platform
 import shutil
-import socket
 import statistics
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from lmstream_kit.bench.outputs import machine_info  # noqa: E402
+from lmstream_kit.bench.outputs import write_run_results  # noqa: E402
 
 
 def state_bytes(checkpoint: Path) -> int:
@@ -135,17 +131,11 @@ def main(argv=None) -> int:
     finally:
         spark.stop()
         shutil.rmtree(tmp, ignore_errors=True)
-    host = socket.gethostname().split(".")[0] or "host"
-    meta = {"simulated": False, "machine": {"host": host, **machine_info()}, "python": platform.python_version(),
-            "spark": spark_version(), "argv": sys.argv[1:], "workload": args.workload, "master": args.master,
-            "speedup": args.speedup, "trigger_s": args.trigger_s, "when": time.strftime("%Y-%m-%d %H:%M:%S %Z")}
-    args.out.mkdir(parents=True, exist_ok=True)
-    path = args.out / f"state-repartition-{host}-{time.strftime('%Y%m%d-%H%M%S')}.json"
-    path.write_text(json.dumps({"meta": meta, "runs": runs}, indent=1) + "\n")
-    with open(path.with_suffix(".csv"), "w", newline="") as fh:
-        writer = csv.DictWriter(fh, fieldnames=list(runs[0]))
-        writer.writeheader()
-        writer.writerows(runs)
+    meta = {"simulated": False, "spark": spark_version(), "argv": sys.argv[1:], "workload": args.workload,
+            "master": args.master,
+            "speedup": args.speedup, "trigger_s": args.trigger_s}
+    path = write_run_results(args.out, "state-repartition", meta, runs)
+    host = json.loads(path.read_text())["meta"]["machine"]["host"]
     print(f"\nMEASURED on {host} ({args.master}), Spark {spark_version()}, {args.workload}")
     print(f"{'rate':>6} {'change':12} {'state rows':>10} {'state MB':>8} {'change s':>8} {'repart s':>8} "
           f"{'downtime s':>10} {'spike s':>7}")

@@ -24,20 +24,16 @@ with waves), so the comparison that matters needs a bigger machine or a cluster.
 from __future__ import annotations
 
 import argparse
-import csv
 import json
-import platform
 import shutil
-import socket
 import statistics
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from lmstream_kit.bench.outputs import machine_info  # noqa: E402
+from lmstream_kit.bench.outputs import write_run_results  # noqa: E402
 from lmstream_kit.record import summarize  # noqa: E402
 
 
@@ -157,19 +153,12 @@ def main(argv=None) -> int:
     finally:
         spark.stop()
         shutil.rmtree(tmp, ignore_errors=True)
-    host = socket.gethostname().split(".")[0] or "host"
-    meta = {"simulated": False, "machine": {"host": host, **machine_info()}, "python": platform.python_version(),
-            "spark": spark_version(), "argv": sys.argv[1:], "workload": args.workload, "master": args.master,
+    meta = {"simulated": False, "spark": spark_version(), "argv": sys.argv[1:], "workload": args.workload,
+            "master": args.master,
             "parallelism": p_range, "rate": args.rate, "step": args.step, "duration_s": args.duration_s,
-            "speedup": args.speedup, "trigger_s": args.trigger_s, "reps": args.reps,
-            "when": time.strftime("%Y-%m-%d %H:%M:%S %Z")}
-    args.out.mkdir(parents=True, exist_ok=True)
-    path = args.out / f"tuning-real-{host}-{time.strftime('%Y%m%d-%H%M%S')}.json"
-    path.write_text(json.dumps({"meta": meta, "runs": runs}, indent=1) + "\n")
-    with open(path.with_suffix(".csv"), "w", newline="") as fh:
-        writer = csv.DictWriter(fh, fieldnames=list(runs[0]))
-        writer.writeheader()
-        writer.writerows(runs)
+            "speedup": args.speedup, "trigger_s": args.trigger_s, "reps": args.reps}
+    path = write_run_results(args.out, "tuning-real", meta, runs)
+    host = json.loads(path.read_text())["meta"]["machine"]["host"]
     print(f"\nMEASURED on {host} ({args.master}), {args.workload}, partitions {p_range[0]}-{p_range[-1]}, "
           f"x{args.step:g} step")
     print(f"{'tuner':10} {'rep':>3} {'reconf':>6} {'viol s':>7} {'in bound':>8} {'p95 lat':>7} {'mean p':>6} "

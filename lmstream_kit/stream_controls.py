@@ -129,11 +129,13 @@ class StreamControls(Tunable):
         """Restart the query from its checkpoint at a batch boundary, changing nothing.
 
         What any change that Spark takes only on a restart costs (the stop-and-restart baseline
-        of a live change); recorded as a ``restart`` change with its seconds.
+        of a live change); recorded as a ``restart`` change (the run's live restarts, old and new)
+        with its seconds.
         """
         if self.query is None or self._stopped:
             raise ConfigError("cannot restart the query: the stream is not running")
-        self._restart_query("restart", None, None)
+        done = int((self._run_info or {}).get("live_restarts", 0))
+        self._restart_query("restart", done, done + 1)
 
     def state_partitions(self) -> Optional[int]:
         """How many partitions the query keeps its state in (from its checkpoint); None without state."""

@@ -33,6 +33,30 @@ def machine_info() -> dict:
     return {"cpu": cpu, "cores": os.cpu_count(), "memory_gib": memory, "os": platform.platform()}
 
 
+def write_run_results(out: Path, stem: str, meta: dict, runs: list[dict]) -> Path:
+    """A benchmark script's results: ``<out>/<stem>-<host>-<time>.json`` (meta and runs) and the runs as CSV.
+
+    ``meta`` gets the machine (host name, CPU, cores, memory, OS), the Python version and the
+    time.  Returns the JSON file's path.
+    """
+    import csv
+    import socket
+    import time
+
+    host = socket.gethostname().split(".")[0] or "host"
+    meta = {"machine": {"host": host, **machine_info()}, "python": platform.python_version(), **meta,
+            "when": time.strftime("%Y-%m-%d %H:%M:%S %Z")}
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / f"{stem}-{host}-{time.strftime('%Y%m%d-%H%M%S')}.json"
+    path.write_text(json.dumps({"meta": meta, "runs": runs}, indent=1) + "\n")
+    with open(path.with_suffix(".csv"), "w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=list(runs[0]) if runs else [])
+        writer.writeheader()
+        writer.writerows(runs)
+    return path
+
+
 def write_outputs(out: Path, results, batches, capacity, meta: dict, fmt: str = "parquet") -> None:
     """Write results, batches, capacity and bench.json into ``out``."""
     if fmt == "csv":

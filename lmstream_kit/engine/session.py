@@ -12,6 +12,7 @@ import os
 import shutil
 import sys
 from pathlib import Path
+from contextlib import contextmanager
 from typing import Mapping, Optional
 
 from ..exceptions import EngineError, JavaNotFoundError, one_line
@@ -133,3 +134,20 @@ def java_version(spark) -> Optional[str]:
         return str(spark.sparkContext._jvm.java.lang.System.getProperty("java.version"))
     except Exception:
         return None
+
+
+@contextmanager
+def session_confs(spark, confs: Mapping[str, str] | None):
+    """SQL confs set on ``spark`` for the ``with`` block, and the session's own values put back after."""
+    confs = dict(confs or {})
+    saved = {key: spark.conf.get(key, None) for key in confs}
+    try:
+        for key, value in confs.items():
+            spark.conf.set(key, str(value))
+        yield spark
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                spark.conf.unset(key)
+            else:
+                spark.conf.set(key, value)

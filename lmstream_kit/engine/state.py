@@ -156,20 +156,14 @@ def repartition_state(spark: Any, checkpoint: str | Path, partitions: int) -> di
     if _last_batch(checkpoint / "offsets") != checkpoint / "offsets" / str(committed):
         raise ConfigError(f"cannot repartition the state into {partitions}: the checkpoint's last batch did not "
                           f"commit (last committed: {committed}); start the query to finish it")
-    saved = {key: spark.conf.get(key, None) for key in _ROCKSDB_CONFS}
+    from .session import session_confs
+
     t0 = time.perf_counter()
     try:
-        for key, value in _ROCKSDB_CONFS.items():
-            spark.conf.set(key, value)
-        spark._streamingCheckpointManager.repartition(str(checkpoint), int(partitions))
+        with session_confs(spark, _ROCKSDB_CONFS):
+            spark._streamingCheckpointManager.repartition(str(checkpoint), int(partitions))
     except Exception as exc:  # noqa: BLE001  (Py4J's error, as one line)
         if committed is not None:
             _rollback(checkpoint, committed + 1)
         raise EngineError(f"Spark's state repartition into {partitions} failed (rolled back): {one_line(exc)}") from exc
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                spark.conf.unset(key)
-            else:
-                spark.conf.set(key, value)
     return {"old": old, "new": int(partitions), "repartition_s": round(time.perf_counter() - t0, 3)}

@@ -41,20 +41,14 @@ def start_query(
         .foreachBatch(on_batch)
         .trigger(processingTime=f"{int(round(trigger_s * 1000))} milliseconds")
     )
-    saved = {key: spark.conf.get(key, None) for key in (confs or {})}
+    from .session import session_confs
+
     try:
-        for key, value in (confs or {}).items():
-            spark.conf.set(key, str(value))
-        return writer.start()
+        with session_confs(spark, confs):
+            return writer.start()
     except Exception as exc:
         first = one_line(exc)
         raise EngineError(f"could not start query {name}: {first}") from exc
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                spark.conf.unset(key)
-            else:
-                spark.conf.set(key, value)
 
 
 def write_output(batch_df, output_dir: Optional[Path], batch_id: int) -> int:
