@@ -22,6 +22,7 @@ from .exceptions import ConfigError, EngineError, one_line
 from .feed.make import make_feed
 from .feed.spool import Spool
 from .feed.traffic import Traffic
+from .journal import Journal, recovery_plan
 from .mapper import DeviceMapper
 from .metrics import METRICS_FILE, PROGRESS_FILE, JsonlWriter, load_metrics, read_run_info, write_run_info
 from .placement import Placement
@@ -192,6 +193,7 @@ class LiveStream(StreamControls):
         self._restart_lock = threading.Lock()  # one live restart of the query at a time
         self._restarting = False
         self._query_kwargs: Optional[dict] = None
+        self.journal: Optional[Journal] = None  # the run's reconfiguration journal (from start)
         self._run_info: Optional[dict] = None
         for c in controllers:
             self.add_controller(c)
@@ -301,6 +303,8 @@ class LiveStream(StreamControls):
             self.spool = Spool(self.spool_location, schema=self.workload.schema)
             self.loop.spool = self.spool
             checkpoint = self.run_dir / "checkpoint"
+            self.journal = Journal(self.run_dir)
+            self._recover_reconfigurations(checkpoint)
             resume, committed = self.engine.checkpoint_offsets(checkpoint)
             with self.loop.lock:
                 self.loop.book.resume(resume=resume, committed=committed, now=time.time())
@@ -352,6 +356,15 @@ class LiveStream(StreamControls):
             raise
         return self
 
+    def _recover_reconfigurations(self, checkpoint: Path) -> None:
+        """After a crash: roll back a state repartition left unfinished (Spark would refuse to start),
+        and end the journal's open transactions with the configuration now in force (old or new)."""
+        rolled_back = self.engine.recover_unfinished_repartition(checkpoint)
+        pending = self.journal.open()
+        if pending:
+            self.journal.resolve(recovery_plan(pending, state_partitions=self.engine.state_partitions(checkpoint),
+                                               rolled_back=rolled_back))
+
     def _start_query(self) -> None:
         """Start the streaming query with the current workload and policy (from the checkpoint)."""
         self.engine.start(workload=self.placement.strategy.query_workload(self.workload),
@@ -389,6 +402,7 @@ class LiveStream(StreamControls):
                     self.log_change(param, value, old=old, **detail, restart=False)
                 return
             t0 = time.time()
+            txn = self.journal.begin(param, old=old, value=value)
             with self.loop.lock:
                 resume_mode = self.loop.book.mode
                 self.loop.book.mode = HOLD
@@ -397,18 +411,26 @@ class LiveStream(StreamControls):
             try:
                 # the batches admitted before the hold finish and commit
                 self.wait(until=lambda s: s.loop.book.settled(), timeout=timeout)
+                last_batch = max((int(r["batch_id"]) for r in self.records), default=-1)
                 self.engine.stop_query(is_idle=lambda: not self.loop.book.in_batch)
                 if between is not None:
                     try:
                         detail.update(between() or {})
                     except (ConfigError, EngineError) as exc:
                         aborted = exc  # the query starts again as it was
+                if aborted is None:
+                    txn.step("prepared", **detail)
+                else:
+                    txn.abort(one_line(aborted))
                 with self.loop.lock:
                     if aborted is None:
                         self._adopt(workload, policy, gate)
                     self.loop.book.forget_planned()
                     self.placement.restarted()
                 self._start_query()
+                if aborted is None:
+                    txn.step("applied")
+                    self._commit_on_next_batch(txn, after=last_batch)
                 with self.loop.lock:  # admission is still held: the next admitted batch carries it
                     if aborted is None:
                         self.log_change(param, value, old=old, **detail, restart=True,
@@ -427,6 +449,8 @@ class LiveStream(StreamControls):
             except BaseException as exc:
                 with self.loop.lock:
                     self.loop.failure = self.loop.failure or exc
+                if txn.state not in ("committed", "aborted"):
+                    txn.abort(f"restarting the query failed: {one_line(exc)}")
                 raise EngineError(f"restarting stream {self.name} failed: {one_line(exc)}") from exc
             finally:
                 with self.loop.lock:
@@ -435,6 +459,16 @@ class LiveStream(StreamControls):
                     self.loop.batch_done.notify_all()
             if aborted is not None:
                 raise aborted
+
+    def _commit_on_next_batch(self, txn, *, after: int) -> None:
+        """Commit ``txn`` in the journal when the first batch after ``after`` completed (its record is written)."""
+
+        def commit(record: dict) -> None:
+            if int(record.get("batch_id", -1)) > after and txn.state == "applied":
+                self.remove_on_batch(commit)
+                txn.step("committed", batch_id=int(record["batch_id"]))
+
+        self.on_batch(commit)
 
     def _start_feed(self) -> None:
         """Start the generator or the ingest adapter, once.
@@ -582,7 +616,10 @@ class LiveStream(StreamControls):
                 pass
         if self._run_info is not None:
             self._write_final_run_info()
-        for writer in (self._metrics_writer, self._progress_writer):
+        if self.journal is not None and self.journal.open():  # a change no batch ran under before the stop
+            self.journal.resolve(recovery_plan(self.journal.open(), rolled_back=None,
+                                               state_partitions=self.engine.state_partitions(self.run_dir / "checkpoint")))
+        for writer in (self._metrics_writer, self._progress_writer, self.journal):
             if writer is not None:
                 writer.close()
         self.engine.close()

@@ -99,12 +99,16 @@ def test_repartition_refuses_the_same_count_and_an_uncommitted_last_batch(checkp
 
 
 def test_rollback_removes_only_the_unfinished_batch(checkpoint):
-    part = checkpoint / "state" / "0" / "0"
-    for name in ("1.zip", ".1.zip.crc", "2.zip", ".2.zip.crc", "12.zip"):
+    part = checkpoint / "state" / "0" / "0"  # batch b's state is version b + 1: batch 1 committed 2.zip
+    for name in ("2.zip", ".2.zip.crc", "3.zip", ".3.zip.crc", "3.changelog", "13.zip"):
         (part / name).write_bytes(b"x")
+    new_part = checkpoint / "state" / "0" / "4"  # a partition only the repartition wrote
+    (new_part / "SSTs").mkdir(parents=True)
+    (new_part / "3.zip").write_bytes(b"x")
     write_batch(checkpoint, 2, partitions=5, commit=False)
     _rollback(checkpoint, 2)
-    assert sorted(p.name for p in part.iterdir()) == [".1.zip.crc", "1.zip", "12.zip"]
+    assert sorted(p.name for p in part.iterdir()) == [".2.zip.crc", "13.zip", "2.zip"]
+    assert not new_part.exists()
     assert sorted(p.name for p in (checkpoint / "offsets").iterdir()) == ["0", "1"]
     assert state_partitions(checkpoint) == 3
 
@@ -113,3 +117,17 @@ def test_state_store_confs_validate():
     assert state_store_confs() == {}
     with pytest.raises(ConfigError, match="state_partitions must be an integer >= 1, got 0"):
         state_store_confs("rocksdb", 0)
+
+
+def test_an_unfinished_repartition_is_found_and_rolled_back(checkpoint):
+    from lmstream_kit.engine.state import recover_unfinished_repartition, unfinished_repartition
+
+    assert unfinished_repartition(checkpoint) is None
+    write_batch(checkpoint, 2, partitions=3, commit=False)  # a data batch cut short: Spark replays it
+    assert unfinished_repartition(checkpoint) is None and recover_unfinished_repartition(checkpoint) is None
+    (checkpoint / "offsets" / "2").unlink()
+    write_batch(checkpoint, 2, partitions=6, commit=False)  # a repartition that did not finish
+    (checkpoint / "state" / "0" / "0" / "3.zip").write_bytes(b"x")  # batch 2's state: version 3
+    assert unfinished_repartition(checkpoint) == 2
+    assert recover_unfinished_repartition(checkpoint) == {"batch": 2, "requested": 6, "kept": 3}
+    assert not (checkpoint / "offsets" / "2").exists() and not (checkpoint / "state" / "0" / "0" / "3.zip").exists()

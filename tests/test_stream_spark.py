@@ -12,6 +12,7 @@ import pytest
 
 from lmstream_kit.feed.spool import Spool
 from lmstream_kit.exceptions import ConfigError
+from lmstream_kit.journal import Journal
 from lmstream_kit.live import LiveStream
 from lmstream_kit.metrics import load_metrics, read_run_info
 
@@ -230,6 +231,10 @@ def test_live_slide_change_restarts_the_query_with_the_new_window(spark, tmp_pat
     assert int(data["rows"].sum()) == s.spool.total_rows(0, int(data["end_seq"].iloc[-1]))
     info = read_run_info(run)
     assert info["slide_s"] == 5.0 and info["live_restarts"] == 1
+    # the reconfiguration journal: one transaction, committed with the first batch of the new window
+    [txn] = Journal(run).transactions()
+    assert (txn["op"], txn["state"], txn["old"], txn["value"], txn["batch_id"]) == (
+        "window_slide_s", "committed", 10, 5.0, cid)
     # windows that opened after the change slide by 5 s; the range stays 30 s
     out = pq.read_table(run / "output").to_pandas()
     late = out[out["timestamp"] > out["timestamp"].max() - pd.Timedelta(seconds=10)]

@@ -14,6 +14,7 @@ import pytest
 
 from lmstream_kit.exceptions import ConfigError
 from lmstream_kit.feed.spool import Spool
+from lmstream_kit.journal import Journal
 from lmstream_kit.live import LiveStream
 from lmstream_kit.workloads import get_workload
 from lmstream_kit.workloads.linear_road import make_position_reports
@@ -168,6 +169,10 @@ def test_lr2s_state_repartitioned_live_keeps_every_window(spark, tmp_path):
     changes = [c for r in records for c in (r.get("changes") or []) if c["param"] == "state_partitions"]
     assert [(c["old"], c["value"], c["restart"]) for c in changes] == [(3, 5, True)]
     assert 0 < changes[0]["repartition_s"] <= changes[0]["restart_s"]
+    [txn] = Journal(run).transactions()  # one transaction, committed with the first batch after the restart
+    assert (txn["op"], txn["state"], txn["old"], txn["value"]) == ("state_partitions", "committed", 3, 5)
+    assert txn["repartition_s"] == changes[0]["repartition_s"]
+    assert txn["batch_id"] == next(r["batch_id"] for r in records if r.get("changes"))
     data = sorted((r for r in records if r["rows"] > 0), key=lambda r: r["batch_id"])
     assert [r["start_seq"] for r in data[1:]] == [r["end_seq"] for r in data[:-1]], "every dataset once"
     assert sum(r["rows"] for r in data) == len(rows)
@@ -202,6 +207,40 @@ def test_a_tuner_with_a_state_knob_repartitions_the_state_of_a_live_stream(spark
     assert [(c["old"], c["value"], c["why"]) for c in changes] == [(1, 3, "tuner: j0.s1 1 -> 3")]
     data = sorted((r for r in records if r["rows"] > 0), key=lambda r: r["batch_id"])
     assert [r["start_seq"] for r in data[1:]] == [r["end_seq"] for r in data[:-1]], "every dataset once"
+
+
+def test_a_repartition_cut_short_is_rolled_back_when_the_run_resumes(spark, tmp_path):
+    """What a crash during Spark's repartition leaves (its batch written, not committed; the journal's
+    transaction open) is rolled back at the next start: Spark would refuse to start otherwise."""
+    if not spark_at_least(spark, 4, 2):
+        pytest.skip(f"Spark {spark.version} has no offline state repartition (the 4.3 line runs this test)")
+    run = tmp_path / "cut"
+    kw = dict(policy="lmstream", traffic="constant", rate=300, speedup=10, run_dir=run, spark=spark,
+              state_store="rocksdb", state_partitions=2)
+    s = LiveStream("LR2S", duration_s=60, **kw).start()
+    s.wait(batches=3, timeout=120)
+    s.stop()
+    ck = run / "checkpoint"
+    last = max(int(p.name) for p in (ck / "commits").iterdir() if p.name.isdigit())
+    entry = (ck / "offsets" / str(last)).read_text()
+    assert '"spark.sql.shuffle.partitions":"2"' in entry
+    (ck / "offsets" / str(last + 1)).write_text(entry.replace('"spark.sql.shuffle.partitions":"2"',
+                                                              '"spark.sql.shuffle.partitions":"4"'))
+    Journal(run).begin("state_partitions", old=2, value=4)  # requested, then the crash
+    s = LiveStream("LR2S", duration_s=60, **kw).start()
+    try:
+        s.wait(until=lambda st: st.feed_finished(), timeout=120)
+        assert s.is_active and s.state_partitions() == 2
+    finally:
+        s.stop()
+    [txn] = Journal(run).transactions()
+    assert txn["state"] == "aborted" and txn["recovered"] is True
+    assert txn["reason"].startswith(f"the run stopped during the repartition into 4 partitions: batch {last + 1} rolled back")
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    data = sorted((r for r in records if r["rows"] > 0), key=lambda r: r["batch_id"])
+    assert [r["start_seq"] for r in data[1:]] == [r["end_seq"] for r in data[:-1]], "every dataset once"
+    assert data[0]["start_seq"] == 0 and sum(r["rows"] for r in data) == len(
+        Spool(run / "spool", create=False).read_table())
 
 
 def test_state_repartition_is_refused_where_spark_cannot_do_it(spark, tmp_path):

@@ -236,6 +236,12 @@ class SparkEngine:
 
         return state_partitions(checkpoint)
 
+    def recover_unfinished_repartition(self, checkpoint: Path) -> dict | None:
+        """Roll back a state repartition a crash left unfinished (:mod:`~lmstream_kit.engine.state`)."""
+        from .state import recover_unfinished_repartition
+
+        return recover_unfinished_repartition(checkpoint)
+
     def state_repartition_unsupported(self, checkpoint: Path) -> str | None:
         """Why the query's state cannot be repartitioned (:mod:`~lmstream_kit.engine.state`); None: it can."""
         from .state import repartition_unsupported

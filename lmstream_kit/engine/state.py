@@ -16,14 +16,16 @@ the restart around it are the stream's (``LiveStream.set_state_partitions``).
 from __future__ import annotations
 
 import json
+import shutil
 import time
 from pathlib import Path
 from typing import Any
 
 from ..exceptions import ConfigError, EngineError, one_line
 
-__all__ = ["PROVIDER_CONF", "ROCKSDB_PROVIDER", "STATE_STORES", "checkpoint_conf", "repartition_state",
-           "repartition_unsupported", "state_partitions", "state_store_confs"]
+__all__ = ["PROVIDER_CONF", "ROCKSDB_PROVIDER", "STATE_STORES", "checkpoint_conf", "recover_unfinished_repartition",
+           "repartition_state", "repartition_unsupported", "state_partitions", "state_store_confs",
+           "unfinished_repartition"]
 
 #: the SQL conf that picks the state store provider when a query first starts
 PROVIDER_CONF = "spark.sql.streaming.stateStore.providerClass"
@@ -98,18 +100,54 @@ def _rollback(checkpoint: Path, batch: int) -> None:
     """Remove what an unfinished repartition wrote as ``batch``: its offset-log entry and its state files.
 
     Spark refuses to start a query whose newest offset-log entry is an unfinished repartition; with
-    it gone, the query starts again from the last committed batch, as before the repartition.
+    it gone, the query starts again from the last committed batch, as before the repartition.  A
+    state store keeps batch ``b``'s state as version ``b + 1`` (``<version>.zip``, ``.changelog``,
+    ``.delta``, ``.snapshot``); partition directories left empty (new partitions) go too.
     """
     for name in (str(batch), f".{batch}.crc"):
         (checkpoint / "offsets" / name).unlink(missing_ok=True)
     state = checkpoint / "state"
-    if state.is_dir():
-        for path in state.rglob(f"{batch}.*"):
+    if not state.is_dir():
+        return
+    version = batch + 1
+    for pattern in (f"{version}.*", f".{version}.*"):
+        for path in state.rglob(pattern):
             if path.is_file():
                 path.unlink()
-        for path in state.rglob(f".{batch}.*"):
-            if path.is_file():
-                path.unlink()
+    for operator in state.iterdir():
+        for part in (operator.iterdir() if operator.is_dir() else ()):
+            if part.is_dir() and part.name.isdigit() and not any(p.is_file() for p in part.rglob("*")):
+                shutil.rmtree(part, ignore_errors=True)
+
+
+def unfinished_repartition(checkpoint: str | Path) -> int | None:
+    """The batch of a state repartition that did not finish (a crash, or Spark's failure), else None.
+
+    Spark writes a repartition as a new offset-log entry that reads no input and differs from the
+    last committed batch only in its shuffle partitions, and commits it when the state is
+    rewritten.  An uncommitted newest entry with other partitions is such a batch (a data batch
+    never changes them), and Spark refuses to start the query until it is resolved.
+    """
+    checkpoint = Path(checkpoint)
+    committed = _committed(checkpoint)
+    newest = _last_batch(checkpoint / "offsets")
+    if committed is None or newest is None or int(newest.name) != committed + 1:
+        return None
+    now = checkpoint_conf(checkpoint, committed).get(_SHUFFLE_CONF)
+    then = checkpoint_conf(checkpoint, committed + 1).get(_SHUFFLE_CONF)
+    return committed + 1 if now is not None and then is not None and now != then else None
+
+
+def recover_unfinished_repartition(checkpoint: str | Path) -> dict[str, Any] | None:
+    """Roll back a state repartition that did not finish (:func:`unfinished_repartition`), so that the
+    query starts again from its last committed batch, state partitions unchanged; what it did, or None."""
+    checkpoint = Path(checkpoint)
+    batch = unfinished_repartition(checkpoint)
+    if batch is None:
+        return None
+    wanted = checkpoint_conf(checkpoint, batch).get(_SHUFFLE_CONF)
+    _rollback(checkpoint, batch)
+    return {"batch": batch, "requested": int(wanted) if wanted else None, "kept": state_partitions(checkpoint)}
 
 
 def _version(text: str) -> tuple[int, int]:
