@@ -7,6 +7,7 @@ where Spark needs it) and declares every control a view draws.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from typing import Any, Optional
 
@@ -136,6 +137,43 @@ class StreamControls(Tunable):
             raise ConfigError("cannot restart the query: the stream is not running")
         done = int((self._run_info or {}).get("live_restarts", 0))
         self._restart_query("restart", done, done + 1)
+
+    def set_batch_function(self, function, *, name: Optional[str] = None) -> None:
+        """Swap the per-batch function (``batch_df -> DataFrame``, run on each batch's result) at the next
+        batch boundary, with no restart (:mod:`lmstream_kit.swap`).
+
+        ``function=None`` goes back to the query's result as it is.  The new function is first checked
+        against the schema of the last batch's result (Spark's analysis, no job); one that does not fit
+        is refused in one line, and the stream runs on under the old one.  The swap is a journal
+        transaction (``batch_function``), applied at the batch it starts with and committed when that
+        batch completed; each record's ``batch_function`` names the function it ran under.
+        """
+        from .swap import BatchFunction
+
+        if function is not None and not callable(function):
+            raise ConfigError(f"a batch function must be callable (batch_df -> DataFrame), got {function!r}")
+        if self.placement.strategy.fixed_window:
+            raise ConfigError("the twin executor runs the query itself, not Spark's batch DataFrame: "
+                              "cannot set a batch function in twin mode")
+        if self.workload.batch_program is not None:
+            raise ConfigError(f"workload {self.workload.name} runs its own batch program, not a batch function "
+                              "on the query's result: cannot set a batch function")
+        name = str(name or getattr(function, "__name__", None) or "none") if function is not None else "none"
+        swap = next((c for c in self.loop.plugins if isinstance(c, BatchFunction)), None)
+        if swap is None:  # the first swap: the workload's own finish_batch runs first, then the function
+            swap = BatchFunction(base=self.workload.finish_batch)
+            self.add_controller(swap)
+            with self.loop.lock:
+                self._adopt(dataclasses.replace(self.workload, finish_batch=swap.finish), None, None)
+        txn = self.journal.begin("batch_function", old=swap.name, value=name) if self.journal is not None else None
+        reason = self.engine.check_batch_function(function, swap.base) if function is not None else None
+        if reason is not None:
+            if txn is not None:
+                txn.abort(reason)
+            raise ConfigError(f"batch function {name!r} refused: {reason}")
+        if txn is not None:
+            txn.step("prepared")
+        swap.request(function, name, txn)
 
     def state_partitions(self) -> Optional[int]:
         """How many partitions the query keeps its state in (from its checkpoint); None without state."""

@@ -12,6 +12,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ..exceptions import one_line
+
 __all__ = ["EngineBatch", "SparkEngine"]
 
 
@@ -32,6 +34,7 @@ class EngineBatch:
         """Run the batch's query once and write its result; the output row count (-1 for noop)."""
         from .stream import write_output
 
+        self.engine._result_schema = self._df.schema  # what a new per-batch function is checked against
         return write_output(finish(self._df) if finish else self._df, output_dir, self.batch_id)
 
     def run_program(self, program: Callable, output_dir: Path | None) -> tuple[int, dict]:
@@ -189,6 +192,38 @@ class SparkEngine:
                                  checkpoint=checkpoint, name=name, confs=dict(confs or {}))
         if self._listener is not None:
             self._listener.query_id = str(self.query.id)
+
+    def check_batch_function(self, function: Callable, base: Callable | None = None) -> str | None:
+        """Why ``function`` cannot run on this query's batches (one line), None where it can.
+
+        It is applied to an empty DataFrame with the schema of the last batch's result (after the
+        workload's own ``base``): Spark's analysis names a missing column or a wrong type, and no
+        job runs.  Before the first data batch there is nothing to check against (None).
+        """
+        schema = getattr(self, "_result_schema", None)
+        if schema is None or self._batch_session is None:
+            return None
+        from pyspark.sql import DataFrame
+
+        import logging
+
+        # PySpark logs every analysis error with its whole JVM stack to stderr: the refusal says it in one line
+        quiet = [logging.getLogger(name) for name in ("DataFrameQueryContextLogger", "SQLQueryContextLogger")]
+        was = [logger.disabled for logger in quiet]
+        for logger in quiet:
+            logger.disabled = True
+        try:
+            empty = self._batch_session.createDataFrame([], schema)
+            out = function(base(empty) if base is not None else empty)
+            if not isinstance(out, DataFrame):
+                return f"it returned {type(out).__name__}, not a DataFrame"
+            out.schema  # noqa: B018  (analysis)
+        except Exception as exc:  # noqa: BLE001  (the user's function: any error refuses it)
+            return one_line(exc)
+        finally:
+            for logger, disabled in zip(quiet, was):
+                logger.disabled = disabled
+        return None
 
     def has_batch_session(self) -> bool:
         """Whether a batch of the current query ran, so its session can take confs."""
