@@ -1,23 +1,27 @@
-"""What a live change of a query's state-store partitions costs on Spark 4.2+, against the state's size.
+"""What a live reconfiguration of a running stream costs, side by side with stop-and-restart.
 
-    .venv-spark43/bin/python benchmarks/state_repartition.py                      # LR1S, 3 rates, this VM
-    .venv-spark43/bin/python benchmarks/state_repartition.py --master spark://host:7077 --rates 1000,4000,16000
-    .venv-spark43/bin/python benchmarks/state_repartition.py --workload LR2S --rates 500,2000
+    .venv-spark43/bin/python benchmarks/reconfigure.py                      # LR1S, 3 rates, this VM
+    .venv-spark43/bin/python benchmarks/reconfigure.py --master spark://host:7077 --rates 1000,4000,16000
+    .venv/bin/python benchmarks/reconfigure.py --ops swap,restart            # Spark 4.1: no repartition
 
 For each offered rate (more rows in the join's or window's state), one stream (RocksDB state store,
-``--from`` state partitions, fixed trigger) runs ``--warm`` batches, then side by side:
+``--from`` state partitions, fixed trigger) runs ``--warm`` batches before each of these changes:
 
+* ``swap``: ``LiveStream.set_batch_function(...)``, a new per-batch function from the next batch,
+  with no restart (the live path of a logic change);
 * ``restart``: ``LiveStream.restart()``, a stop and a start from the checkpoint that changes
-  nothing: what any change that Spark takes only on a restart costs (the baseline);
-* ``repartition``: ``LiveStream.set_state_partitions(--to)``: stop, Spark's offline state
-  repartition, start (``lmstream_kit.engine.state``).
+  nothing: what a change costs that Spark takes only on a restart, a new foreachBatch function
+  included (the stop-and-restart baseline);
+* ``repartition`` (Spark 4.2+): ``LiveStream.set_state_partitions(--to)``: stop, Spark's offline
+  state repartition, start (``lmstream_kit.engine.state``).
 
 Per change it writes: the state's rows (Spark's ``numRowsTotal``) and bytes on disk, the whole
-change's seconds (admission held, the admitted batches committed, stop, [repartition,] start),
-Spark's repartition alone, the *downtime* (the gap between the completions of the batch before and
-the batch after the change, less the trigger interval), and the *latency spike* (the largest batch
-latency of the next five batches, less the median before the change).  Every number is
-**measured** on the machine named in the file (``state-repartition-<host>-<date>.json``/``.csv``).
+change's seconds where the query restarts (admission held, the admitted batches committed, stop,
+[repartition,] start), Spark's repartition alone, the *downtime* (the gap between the completions
+of the batch before and the batch after the change, less the trigger interval), and the *latency
+spike* (the largest batch latency of the next five batches, less the median before the change).
+Every number is **measured** on the machine named in the file (``reconfigure-<host>-<date>.json``
+and ``.csv``).
 """
 
 from __future__ import annotations
@@ -61,25 +65,28 @@ def one_rate(rate: float, args, spark, run_dir: Path) -> list[dict]:
     rows = []
     s.start()
     try:
-        for kind in ("restart", "repartition"):
+        for kind in args.ops:
             n = len([r for r in s.records if r.get("rows")])
             s.wait(until=lambda st: len([r for r in st.records if r.get("rows")]) >= n + args.warm, timeout=600)
             progress = s.query.lastProgress or {}
             size = {"state_rows": sum(int(op.get("numRowsTotal") or 0) for op in progress.get("stateOperators") or []),
                     "state_bytes": state_bytes(run_dir / "checkpoint")}
-            if kind == "restart":
+            param = {"swap": "batch.function", "restart": "restart", "repartition": "state_partitions"}[kind]
+            if kind == "swap":  # a new per-batch function: the result's first column renamed
+                s.set_batch_function(lambda df: df.withColumnRenamed(df.columns[0], df.columns[0] + "_v2"),
+                                     name="renamed")
+            elif kind == "restart":
                 s.restart()
             else:
                 s.set_state_partitions(args.to_partitions)
             n = len([r for r in s.records if r.get("rows")])
             s.wait(until=lambda st: len([r for r in st.records if r.get("rows")]) >= n + 6, timeout=600)
-            change = next(c for r in s.records for c in r.get("changes") or []
-                          if c.get("param") == ("restart" if kind == "restart" else "state_partitions"))
+            change = next(c for r in s.records for c in r.get("changes") or [] if c.get("param") == param)
             rows.append({"rate": rate, "change": kind, **size,
                          "partitions": f"{args.from_partitions}->{args.to_partitions}" if kind == "repartition"
                          else str(args.from_partitions),
-                         "change_s": change["restart_s"], "repartition_s": change.get("repartition_s"),
-                         **change_costs(s.records, change["param"], wall_trigger)})
+                         "change_s": change.get("restart_s"), "repartition_s": change.get("repartition_s"),
+                         **change_costs(s.records, param, wall_trigger)})
     finally:
         s.stop()
     return rows
@@ -93,6 +100,7 @@ def main(argv=None) -> int:
     ap.add_argument("--from", dest="from_partitions", type=int, default=2, help="state partitions at the start")
     ap.add_argument("--to", dest="to_partitions", type=int, default=4, help="state partitions after the change")
     ap.add_argument("--warm", type=int, default=5, help="batches before each change")
+    ap.add_argument("--ops", default="swap,restart,repartition", help="the changes, in order: swap, restart, repartition")
     ap.add_argument("--speedup", type=float, default=4.0)
     ap.add_argument("--trigger-s", type=float, default=8.0, help="the fixed trigger, simulated seconds")
     ap.add_argument("--master", default="local[2]")
@@ -104,6 +112,11 @@ def main(argv=None) -> int:
             raise ValueError
     except ValueError:
         print(f"error: --rates must be positive numbers and --from/--to >= 1, got {args.rates!r}", file=sys.stderr)
+        return 2
+    args.ops = [x.strip() for x in args.ops.split(",") if x.strip()]
+    unknown = [x for x in args.ops if x not in ("swap", "restart", "repartition")]
+    if unknown or not args.ops:
+        print(f"error: --ops takes swap, restart, repartition, got {args.ops!r}", file=sys.stderr)
         return 2
     if args.from_partitions == args.to_partitions:
         print(f"error: --from and --to must differ, got {args.from_partitions} both", file=sys.stderr)
@@ -117,16 +130,16 @@ def main(argv=None) -> int:
 
     from lmstream_kit.engine.session import build_session, spark_version
 
-    spark = build_session(master=args.master, app_name="lmstream_kit-state-repartition", conf={})
-    if tuple(int(p) for p in spark.version.split(".")[:2]) < (4, 2):
-        print(f"error: Spark {spark.version} has no offline state repartition (run it with the 4.3 line: "
-              ".venv-spark43/bin/python)", file=sys.stderr)
+    spark = build_session(master=args.master, app_name="lmstream_kit-reconfigure", conf={})
+    if "repartition" in args.ops and tuple(int(p) for p in spark.version.split(".")[:2]) < (4, 2):
+        print(f"error: Spark {spark.version} has no offline state repartition (run it with the 4.3 line, "
+              ".venv-spark43/bin/python, or leave repartition out of --ops)", file=sys.stderr)
         spark.stop()
         return 2
-    tmp = Path(tempfile.mkdtemp(prefix="state-repartition-"))
+    tmp = Path(tempfile.mkdtemp(prefix="reconfigure-"))
     runs = []
     try:
-        for rate in tqdm(rates, unit="stream", desc=f"state repartition {args.workload}"):
+        for rate in tqdm(rates, unit="stream", desc=f"reconfigure {args.workload}"):
             runs += one_rate(rate, args, spark, tmp / f"r{rate:g}")
     finally:
         spark.stop()
@@ -134,14 +147,14 @@ def main(argv=None) -> int:
     meta = {"simulated": False, "spark": spark_version(), "argv": sys.argv[1:], "workload": args.workload,
             "master": args.master,
             "speedup": args.speedup, "trigger_s": args.trigger_s}
-    path = write_run_results(args.out, "state-repartition", meta, runs)
+    path = write_run_results(args.out, "reconfigure", meta, runs)
     host = json.loads(path.read_text())["meta"]["machine"]["host"]
     print(f"\nMEASURED on {host} ({args.master}), Spark {spark_version()}, {args.workload}")
     print(f"{'rate':>6} {'change':12} {'state rows':>10} {'state MB':>8} {'change s':>8} {'repart s':>8} "
           f"{'downtime s':>10} {'spike s':>7}")
     for r in runs:
         print(f"{r['rate']:6g} {r['change']:12} {r['state_rows']!s:>10} {r['state_bytes'] / 1e6:8.2f} "
-              f"{r['change_s']:8.2f} {r['repartition_s']!s:>8} {r['downtime_s']:10.2f} {r['latency_spike_s']:7.2f}")
+              f"{r['change_s']!s:>8} {r['repartition_s']!s:>8} {r['downtime_s']:10.2f} {r['latency_spike_s']:7.2f}")
     print(f"results: {path}")
     return 0
 
