@@ -284,6 +284,24 @@ def check_parallelism_tuning(nb, run_dir: Path, summary: dict) -> None:
     assert "SIMULATED" in text_of(nb) or any("SIMULATED" in t for t in titles)
 
 
+def check_live_reconfiguration(nb, run_dir: Path, summary: dict) -> None:
+    txns = {(t["op"], t["value"]): t for t in summary["transactions"]}
+    assert txns[("batch_function", "flag-slow")]["state"] == "committed", txns
+    assert txns[("batch_function", "broken")]["state"] == "aborted", txns
+    assert txns[("restart", 1)]["state"] == "committed", txns
+    if summary["spark_42"]:
+        assert txns[("state_partitions", 4)]["state"] == "committed", txns
+    else:
+        assert "refused: cannot set state partitions to 4: Spark" in text_of(nb)
+    names = summary["batch_functions"]
+    assert "flag-slow" in names and names[-1] == "flag-slow", names
+    assert summary["spans_tile"] and summary["rows"] > 0
+    assert "same query run, no restart: True" in text_of(nb)
+    titles = [str(out["data"].get(PLOTLY_MIME, {}).get("layout", {}).get("title", {}).get("text", ""))
+              for out in plotly_outputs(nb)]
+    assert "Batch latency with reconfigurations marked" in titles, titles
+
+
 CHECKS = {
     "00_quickstart": check_quickstart,
     "01_dynamic_batching": check_dynamic_batching,
@@ -294,6 +312,7 @@ CHECKS = {
     "06_your_own_query": check_your_own_query,
     "07_fork_join": check_fork_join,
     "08_parallelism_tuning": check_parallelism_tuning,
+    "09_live_reconfiguration": check_live_reconfiguration,
     "lab_01_latency_bounds": check_lab,
 }
 
