@@ -6,6 +6,8 @@ one ``error: ...`` line and exit with status 2; they never show a traceback.
 
 from __future__ import annotations
 
+import json
+
 import sys
 import time
 from datetime import datetime
@@ -269,6 +271,59 @@ def _summary_table(stream, summary: dict) -> None:
     console = _console()
     console.print(table)
     console.print(f"metrics: {stream.run_dir / 'metrics.jsonl'}  (load with lmstream_kit.load_metrics)")
+
+
+@cli.command()
+@click.argument("run_dir", type=click.Path(path_type=Path))
+@click.option("--slide", "slide_s", type=float, default=None, help="The window slide, simulated s (restarts the query).")
+@click.option("--target", "target_s", type=float, default=None, help="The latency bound, simulated s (0: the running mean).")
+@click.option("--policy", default=None, help="lmstream | fixed | asap (a switch to or from fixed restarts the query).")
+@click.option("--rate-scale", type=float, default=None, help="Factor on the generated traffic's rate.")
+@click.option("--state-partitions", type=int, default=None, help="Repartition the query's state (Spark 4.2+, RocksDB): stop, repartition, restart.")
+@click.option("--restart", is_flag=True, help="Restart the query from its checkpoint, changing nothing.")
+def reconfigure(run_dir, slide_s, target_s, policy, rate_scale, state_partitions, restart):
+    """Change a running stream from another shell: one change per call, journaled.
+
+    RUN_DIR is the run directory of a stream running now (`lmstream-kit run --out RUN_DIR`, or a
+    LiveStream in a notebook). The request goes over the stream's authenticated channel (its key
+    is RUN_DIR/.channel.key), takes effect at a batch boundary, and returns once it is in force.
+    The change is a transaction in RUN_DIR/reconfig.jsonl.
+
+    \b
+    Examples:
+      lmstream-kit reconfigure runs/LR2S-lmstream-20261124 --target 4
+      lmstream-kit reconfigure runs/LR2S-lmstream-20261124 --state-partitions 4
+    """
+    from .engine.channel import RECONFIGURE, ChannelClient
+    from .exceptions import ChannelError
+    from .metrics import read_run_info
+
+    asked = {"slide_s": slide_s, "target_s": target_s, "policy": policy, "rate_scale": rate_scale,
+             "state_partitions": state_partitions, "restart": True if restart else None}
+    asked = {k: v for k, v in asked.items() if v is not None}
+    if len(asked) != 1:
+        raise KitError("give exactly one change: --slide, --target, --policy, --rate-scale, --state-partitions "
+                       f"or --restart (got {len(asked)})")
+    [(op, value)] = asked.items()
+    info = read_run_info(run_dir) if (run_dir / "run.json").is_file() else {}
+    channel, key = info.get("channel"), run_dir / ".channel.key"
+    if not channel or not key.is_file():
+        raise KitError(f"no stream is running in {run_dir} (no channel in its run.json, or no {key.name}: "
+                       "the stream stopped)")
+    host, port = str(channel).rsplit(":", 1)
+    client = ChannelClient(host, int(port), str(key), timeout_s=600.0)
+    try:
+        result = client.call(RECONFIGURE, op, value)
+    except ChannelError as exc:
+        text = str(exc)
+        refused = "refused 'reconfigure': "
+        text = text.split(refused, 1)[1].split(": ", 1)[-1] if refused in text else text
+        raise KitError(f"{text} (stream in {run_dir})") from None
+    finally:
+        client.close()
+    txn = result.get("transaction") or {}
+    state = f", transaction {txn.get('txn')} {txn.get('state')}" if txn else ""
+    click.echo(f"{op} -> {value}: in force{state}; now {json.dumps(result.get('now'))}")
 
 
 @cli.command()

@@ -325,6 +325,7 @@ class LiveStream(StreamControls):
             self.started_at = time.time()
             self._write_run_info(
                 previous,
+                channel=f"127.0.0.1:{self._channel.port}",  # lmstream-kit reconfigure reaches the stream here
                 spark_version=self.engine.spark_version(),
                 resumed_from_seq=resume,
                 **self.placement.mode.to_dict(),

@@ -175,6 +175,24 @@ class StreamControls(Tunable):
             txn.step("prepared")
         swap.request(function, name, txn)
 
+    #: what ``lmstream-kit reconfigure`` (the channel's ``reconfigure`` request) may change
+    RECONFIGURE_OPS = ("slide_s", "target_s", "policy", "rate_scale", "state_partitions", "restart")
+
+    def on_reconfigure(self, op: str, value: Any) -> dict:
+        """A live reconfiguration asked by another process over the stream's channel (one of
+        :attr:`RECONFIGURE_OPS`); returns what is in force after it, and its journal transaction."""
+        setters = {"slide_s": self.set_slide, "target_s": self.set_target, "policy": self.set_policy,
+                   "rate_scale": self.set_rate_scale, "state_partitions": self.set_state_partitions,
+                   "restart": lambda _: self.restart()}
+        if op not in setters:
+            raise ConfigError(f"unknown reconfiguration {op!r}; known: {', '.join(self.RECONFIGURE_OPS)}")
+        before = len(self.journal.transactions()) if self.journal is not None else 0
+        setters[op](value)
+        txns = self.journal.transactions() if self.journal is not None else []
+        now = {"slide_s": self.slide_s, "policy": self.policy.name, "rate_scale": self.rate_scale,
+               "state_partitions": self.state_partitions()}
+        return {"op": op, "value": value, "now": now, "transaction": txns[-1] if len(txns) > before else None}
+
     def state_partitions(self) -> Optional[int]:
         """How many partitions the query keeps its state in (from its checkpoint); None without state."""
         return self.engine.state_partitions(self.run_dir / "checkpoint")

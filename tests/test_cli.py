@@ -255,3 +255,28 @@ def test_bench_progress_prints_one_line_per_step_when_stderr_is_not_a_terminal(c
     assert lines == ["sweep 0/3 warm-up CM2S", "sweep 1/3 CM2S lmstream constant r0",
                      "sweep 2/3 CM2S fixed constant r0", "capacity 0/1 capacity CM2S lmstream @ 500 rows/s"]
     assert captured.out == ""
+
+
+@pytest.mark.spark
+def test_reconfigure_changes_a_running_stream_from_another_process(spark, tmp_path):
+    from lmstream_kit.journal import Journal
+    from lmstream_kit.live import LiveStream
+
+    run = tmp_path / "live"
+    s = LiveStream("LR2S", policy="lmstream", traffic="constant", rate=300, speedup=10, run_dir=run,
+                   spark=spark).start()
+    try:
+        s.wait(batches=2, timeout=120)
+        proc = kit("reconfigure", str(run), "--target", "3")
+        assert proc.returncode == 0 and "target_s -> 3.0: in force" in proc.stdout, (proc.stdout, proc.stderr)
+        assert s.target_s == pytest.approx(0.3)  # wall seconds at speedup 10
+        proc = kit("reconfigure", str(run), "--restart")
+        assert proc.returncode == 0 and "restart -> True: in force, transaction 1 applied" in proc.stdout, proc.stdout
+        assert_user_error(kit("reconfigure", str(run), "--policy", "greedy"), "unknown policy 'greedy'", str(run))
+        assert_user_error(kit("reconfigure", str(run), "--target", "3", "--restart"), "exactly one change")
+        s.wait(batches=len(s.records) + 2, timeout=120)
+        assert s.is_active
+    finally:
+        s.stop()
+    assert [(t["op"], t["state"]) for t in Journal(run).transactions()] == [("restart", "committed")]
+    assert_user_error(kit("reconfigure", str(run), "--restart"), "no stream is running in")

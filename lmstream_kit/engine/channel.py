@@ -10,7 +10,8 @@ process.  Connections are authenticated with a random key (HMAC challenge of
 :mod:`multiprocessing.connection`) that is passed as a file path, never as a
 literal option, so it does not appear in query plans or logs.
 
-This module does not import pyspark; the engine's data source uses the client.
+The same channel takes live reconfigurations from another process (``lmstream-kit reconfigure``),
+with the same key.  This module does not import pyspark; the engine's data source uses the client.
 """
 
 from __future__ import annotations
@@ -29,6 +30,8 @@ from ..exceptions import ChannelError
 
 #: request kinds understood by the server
 INITIAL, LATEST, PLANNED, COMMIT, PING = "initial", "latest", "planned", "commit", "ping"
+#: a live reconfiguration requested by another process (``lmstream-kit reconfigure``)
+RECONFIGURE = "reconfigure"
 
 
 class ChannelHandler(Protocol):
@@ -41,6 +44,8 @@ class ChannelHandler(Protocol):
     def on_planned(self, start: int, end: int, split: bool = True) -> Optional[int]: ...
 
     def on_commit(self, end: int) -> None: ...
+
+    def on_reconfigure(self, op: str, value) -> dict: ...
 
 
 @dataclass
@@ -145,6 +150,8 @@ class ChannelServer:
                 return self.handler.on_initial()
             if kind == PING:
                 return "pong"
+            if kind == RECONFIGURE:
+                return self.handler.on_reconfigure(str(request[1]), request[2] if len(request) > 2 else None)
             raise ValueError(f"unknown channel request {kind!r}")
         finally:
             self.stats.handler_s += time.perf_counter() - t0
