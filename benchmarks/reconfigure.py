@@ -46,11 +46,13 @@ def state_bytes(checkpoint: Path) -> int:
 
 def change_costs(records: list[dict], param: str, trigger_s: float) -> dict:
     """Downtime and latency spike around the first ``param`` change (records in batch order)."""
+    from lmstream_kit.plots.reconfig import downtime_s
+
     data = [r for r in records if r.get("rows")]
     at = next(i for i, r in enumerate(data) if any(c.get("param") == param for c in r.get("changes") or []))
     before, after = data[:at], data[at:at + 5]
     steady = statistics.median(r["max_latency_s"] for r in before[-5:])
-    return {"downtime_s": round(max(0.0, data[at]["completed_at"] - before[-1]["completed_at"] - trigger_s), 3),
+    return {"downtime_s": round(downtime_s(records, data[at]["batch_id"], usual_s=trigger_s), 3),
             "latency_spike_s": round(max(r["max_latency_s"] for r in after) - steady, 3),
             "steady_latency_s": round(steady, 3)}
 
