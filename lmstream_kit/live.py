@@ -360,11 +360,14 @@ class LiveStream(StreamControls):
     def _recover_reconfigurations(self, checkpoint: Path) -> None:
         """After a crash: roll back a state repartition left unfinished (Spark would refuse to start),
         and end the journal's open transactions with the configuration now in force (old or new)."""
-        rolled_back = self.engine.recover_unfinished_repartition(checkpoint)
+        self._resolve_open_transactions(rolled_back=self.engine.recover_unfinished_repartition(checkpoint))
+
+    def _resolve_open_transactions(self, *, rolled_back: Optional[dict]) -> None:
+        """End the journal's open transactions with the configuration in force (:func:`recovery_plan`)."""
         pending = self.journal.open()
         if pending:
-            self.journal.resolve(recovery_plan(pending, state_partitions=self.engine.state_partitions(checkpoint),
-                                               rolled_back=rolled_back))
+            self.journal.resolve(recovery_plan(pending, rolled_back=rolled_back,
+                                               state_partitions=self.engine.state_partitions(self.run_dir / "checkpoint")))
 
     def _start_query(self) -> None:
         """Start the streaming query with the current workload and policy (from the checkpoint)."""
@@ -617,9 +620,8 @@ class LiveStream(StreamControls):
                 pass
         if self._run_info is not None:
             self._write_final_run_info()
-        if self.journal is not None and self.journal.open():  # a change no batch ran under before the stop
-            self.journal.resolve(recovery_plan(self.journal.open(), rolled_back=None,
-                                               state_partitions=self.engine.state_partitions(self.run_dir / "checkpoint")))
+        if self.journal is not None:  # a change no batch ran under before the stop
+            self._resolve_open_transactions(rolled_back=None)
         for writer in (self._metrics_writer, self._progress_writer, self.journal):
             if writer is not None:
                 writer.close()

@@ -34,7 +34,8 @@ class EngineBatch:
         """Run the batch's query once and write its result; the output row count (-1 for noop)."""
         from .stream import write_output
 
-        self.engine._result_schema = self._df.schema  # what a new per-batch function is checked against
+        if self.engine._result_schema is None:  # once per query start: what a new batch function is checked against
+            self.engine._result_schema = self._df.schema
         return write_output(finish(self._df) if finish else self._df, output_dir, self.batch_id)
 
     def run_program(self, program: Callable, output_dir: Path | None) -> tuple[int, dict]:
@@ -97,6 +98,7 @@ class SparkEngine:
         self.query = None
         self._listener = None
         self._batch_session = None
+        self._result_schema = None  # the schema of the running query's batch results (check_batch_function)
         self._progress_seen = threading.Condition()
         self._last_progress = -1
 
@@ -187,6 +189,7 @@ class SparkEngine:
             on_batch(EngineBatch(self, batch_df, batch_id))
 
         self._batch_session = None
+        self._result_schema = None
         self.query = start_query(self.spark, workload=workload, trigger_s=trigger_s,
                                  source_options=dict(source_options), on_batch=sink,
                                  checkpoint=checkpoint, name=name, confs=dict(confs or {}))
@@ -200,7 +203,7 @@ class SparkEngine:
         workload's own ``base``): Spark's analysis names a missing column or a wrong type, and no
         job runs.  Before the first data batch there is nothing to check against (None).
         """
-        schema = getattr(self, "_result_schema", None)
+        schema = self._result_schema
         if schema is None or self._batch_session is None:
             return None
         from pyspark.sql import DataFrame
