@@ -440,7 +440,8 @@ class LiveStream(StreamControls):
                         self.log_change(param, value, old=old, **detail, restart=True,
                                         restart_s=round(time.time() - t0, 3))
                     else:
-                        self.log_change(param, old, old=old, **detail, restart=True, aborted=one_line(aborted),
+                        # the value stays the old one: passing old= too would make log_change drop it as no change
+                        self.log_change(param, old, **detail, restart=True, aborted=one_line(aborted),
                                         requested=value, restart_s=round(time.time() - t0, 3))
                 info = dict(self._run_info)
                 info.update(
