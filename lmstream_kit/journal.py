@@ -136,14 +136,17 @@ class Journal:
 
 
 def recovery_plan(open_txns: list[Mapping[str, Any]], *, state_partitions: int | None,
-                  rolled_back: Mapping[str, Any] | None) -> dict[int, tuple[str, str]]:
+                  rolled_back: Mapping[str, Any] | None,
+                  in_force: Mapping[str, Any] | None = None) -> dict[int, tuple[str, str]]:
     """How a restarted run ends the transactions a crash left open (for :meth:`Journal.resolve`).
 
     A state repartition's outcome is in the checkpoint: committed where the state is in the
     requested partitions, aborted where it is not (``rolled_back``: the unfinished repartition the
     start removed).  A window, policy or plain restart lives in the running process: the resumed
     run takes the configuration it is started with, and Spark replays any batch the crash cut
-    short under it, so these are aborted.
+    short under it, so these are aborted.  ``in_force`` names, by op, what the restarted run has
+    in force (a Flumina program's logic and workers): a change of such an op is committed where its
+    new value is in force, aborted where it is not.
 
     >>> recovery_plan([{"txn": 3, "op": "state_partitions", "old": 2, "value": 4, "state": "prepared"}],
     ...               state_partitions=2, rolled_back={"batch": 9, "requested": 4, "kept": 2})
@@ -152,6 +155,9 @@ def recovery_plan(open_txns: list[Mapping[str, Any]], *, state_partitions: int |
     ...                {"txn": 5, "op": "window_slide_s", "old": 10, "value": 5, "state": "applied"}],
     ...               state_partitions=4, rolled_back=None)[4]
     ('committed', 'the checkpoint keeps the state in 4 partitions')
+    >>> recovery_plan([{"txn": 6, "op": "flumina_logic", "old": "initial", "value": "v2", "state": "applied"}],
+    ...               state_partitions=None, rolled_back=None, in_force={"flumina_logic": "v2"})
+    {6: ('committed', "the restarted run has flumina_logic = 'v2' in force")}
     """
     plan: dict[int, tuple[str, str]] = {}
     for t in open_txns:
@@ -165,6 +171,8 @@ def recovery_plan(open_txns: list[Mapping[str, Any]], *, state_partitions: int |
             else:
                 plan[txn] = ("aborted", f"the run stopped before the repartition into {value} partitions: the state "
                                         f"stays in {state_partitions}")
+        elif op in (in_force or {}) and in_force[op] == value:
+            plan[txn] = ("committed", f"the restarted run has {op} = {value!r} in force")
         else:
             plan[txn] = ("aborted", f"the run stopped in {t.get('state')} before the change of {op} to {value!r} "
                                     "committed: it resumes with the configuration it is started with")

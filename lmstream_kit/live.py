@@ -195,6 +195,8 @@ class LiveStream(StreamControls):
         self._query_kwargs: Optional[dict] = None
         self.journal: Optional[Journal] = None  # the run's reconfiguration journal (from start)
         self._run_info: Optional[dict] = None
+        for make in self.workload.controllers:  # the live objects the workload comes with
+            self.add_controller(make())
         for c in controllers:
             self.add_controller(c)
 
@@ -304,7 +306,7 @@ class LiveStream(StreamControls):
             self.loop.spool = self.spool
             checkpoint = self.run_dir / "checkpoint"
             self.journal = Journal(self.run_dir)
-            self._recover_reconfigurations(checkpoint)
+            rolled_back = self.engine.recover_unfinished_repartition(checkpoint)  # Spark would refuse to start
             resume, committed = self.engine.checkpoint_offsets(checkpoint)
             with self.loop.lock:
                 self.loop.book.resume(resume=resume, committed=committed, now=time.time())
@@ -320,6 +322,8 @@ class LiveStream(StreamControls):
                                read_span=self.spool.read_table)
             self._started = True
             self.placement.strategy.start(self.run_dir, committed)
+            # after a crash: end the journal's open transactions with the configuration now in force
+            self._resolve_open_transactions(rolled_back=rolled_back)
             self.engine.listen(self._progress_writer.append)
             self._resumed = resume is not None
             self.started_at = time.time()
@@ -357,17 +361,21 @@ class LiveStream(StreamControls):
             raise
         return self
 
-    def _recover_reconfigurations(self, checkpoint: Path) -> None:
-        """After a crash: roll back a state repartition left unfinished (Spark would refuse to start),
-        and end the journal's open transactions with the configuration now in force (old or new)."""
-        self._resolve_open_transactions(rolled_back=self.engine.recover_unfinished_repartition(checkpoint))
-
     def _resolve_open_transactions(self, *, rolled_back: Optional[dict]) -> None:
-        """End the journal's open transactions with the configuration in force (:func:`recovery_plan`)."""
+        """End the journal's open transactions with the configuration in force (:func:`recovery_plan`):
+        the state partitions the checkpoint keeps, and what the plugged controllers have in force."""
         pending = self.journal.open()
         if pending:
-            self.journal.resolve(recovery_plan(pending, rolled_back=rolled_back,
+            in_force = {}
+            for controller in self.controllers:
+                in_force.update(getattr(controller, "in_force", dict)())
+            self.journal.resolve(recovery_plan(pending, rolled_back=rolled_back, in_force=in_force,
                                                state_partitions=self.engine.state_partitions(self.run_dir / "checkpoint")))
+
+    @property
+    def batch_program(self):
+        """The workload's own batch program while the stream runs (None: the workload has none)."""
+        return getattr(self.placement.strategy, "program", None)
 
     def _start_query(self) -> None:
         """Start the streaming query with the current workload and policy (from the checkpoint)."""

@@ -356,6 +356,7 @@ class BatchController(Tunable):
     ``plugged(host)``
         it was plugged into ``host`` (a :class:`StreamHost`: a LiveStream, an attached query),
         which says what it can change for the controller; raise ConfigError to refuse the host;
+        a LiveStream also offers its ``journal`` and its workload's running ``batch_program``;
     ``close()``
         the stream stops.
     """
@@ -377,6 +378,11 @@ class BatchController(Tunable):
 
     def plugged(self, host: "StreamHost") -> None:
         return None
+
+    def in_force(self) -> Mapping[str, Any]:
+        """What this controller has in force, by journal op: how a restart after a crash ends the
+        transactions of its changes that were left open (committed where the new value is in force)."""
+        return {}
 
     def close(self) -> None:
         return None

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import os
 import pickle
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +33,10 @@ from .run import fork_states, join_states
 from .spec import Event, Spec
 from .speculate import BatchResult, MapWorkers, run_batch
 
-__all__ = ["PLAN_FILE", "BatchRunner"]
+__all__ = ["INITIAL_LOGIC", "PLAN_FILE", "BatchRunner"]
+
+#: the name of a spec's own update function, as snapshots record the logic their states were made by
+INITIAL_LOGIC = "initial"
 
 #: the plan the snapshots belong to, written beside them (the dashboard's Flumina panel draws it)
 PLAN_FILE = "flumina_plan.json"
@@ -50,15 +53,23 @@ class BatchRunner:
         so that a restarted run continues from the batch Spark's checkpoint committed.
     """
 
-    def __init__(self, spec: Spec, plan: Plan, *, snapshots: str | Path | None = None) -> None:
+    def __init__(self, spec: Spec, plan: Plan, *, snapshots: str | Path | None = None, logic: str = INITIAL_LOGIC,
+                 migrations: Mapping[str, Callable[[Any], Any]] | None = None) -> None:
         if plan.spec.tags != spec.tags:
             raise ConfigError(f"plan for {plan.spec.name} does not cover the tags of spec {spec.name}")
         self.spec, self.plan = spec, plan
         self.snapshots = Path(snapshots) if snapshots is not None else None
+        self.logic = str(logic)  # the name of the update function in force (snapshots carry it)
+        self.migrations = dict(migrations or {})  # {logic: transform} for states saved under another logic
         self.last_batch: int | None = None  # the last batch run
         self.last: BatchResult | None = None  # what it took (passes, epochs, events)
         self._states = fork_states(spec, plan, spec.init())  # after the last batch
         self._before: dict[str, Any] = dict(self._states)  # before the last batch (a replay starts here)
+        # what a snapshot says the states before the last batch were: (states, logic); differs from
+        # _before only for the first batch after a logic swap (the swap had not committed before it)
+        self._saved_before: tuple[dict, str, dict] | None = None  # (states, logic, plan as a dict)
+        self._pre_swap: tuple[dict, str, dict] | None = None  # the same, before a swap no batch ran under yet
+        self._refused: dict[str, str] = {}  # "states"/"before": why they cannot run under this logic
 
     # -- running -------------------------------------------------------------------------------
     def run(self, batch_id: int, events: Iterable[Event] | None = None, *,
@@ -74,13 +85,51 @@ class BatchRunner:
         if self.last_batch is not None and batch_id < self.last_batch:
             raise ConfigError(f"batch {batch_id} is older than the last batch run ({self.last_batch}): "
                               "only the last batch can be replayed")
-        start = self._before if batch_id == self.last_batch else self._states
+        replay = batch_id == self.last_batch
+        which = "before" if replay else "states"
+        if which in self._refused:
+            raise ConfigError(self._refused[which])
+        start = self._before if replay else self._states
         result = run_batch(self.spec, self.plan, events, states=start, map_workers=map_workers)
+        here = (dict(start), self.logic, self.plan.to_dict())
+        if replay:
+            saved_before = self._saved_before or here
+        else:  # the first batch after a swap: a restart that does not take the swap replays it from the old
+            saved_before = self._pre_swap or here
         self._before, self._states, self.last_batch = dict(start), dict(result.states), batch_id
+        self._saved_before, self._pre_swap = saved_before, None
+        self._refused.clear()
         self.last = result
         if self.snapshots is not None:
-            self._save(batch_id, self._states, self._before)
+            self._save(batch_id, self._states, saved_before)
         return result.outputs
+
+    def swap(self, spec: Spec, *, logic: str, transform: Callable[[Any], Any] | None = None) -> BatchRunner:
+        """Run the next batches with ``spec`` (a new update function, named ``logic``).
+
+        The workers' states are joined, ``transform(state)`` migrates the joined state to the new
+        logic (None: it stays as it is), and the result is forked under the same plan.  Call it
+        between batches.  The snapshot of the next batch keeps the states before it under the old
+        logic, so a restart that does not take the swap (a crash before the batch committed)
+        replays that batch as it was; a restart under the new logic migrates them with
+        ``migrations`` (see :meth:`restore`).  A transform that raises changes nothing.
+        """
+        if spec.tags != self.spec.tags:
+            raise ConfigError(f"spec {spec.name} has other tags than spec {self.spec.name}: a swap keeps the tags "
+                              "(a new plan is a replan)")
+        plan = Plan(spec, self.plan.root, rates=self.plan.rates)
+
+        def migrate(states: dict) -> dict:
+            joined = join_states(self.spec, self.plan, states)
+            return fork_states(spec, plan, transform(joined) if transform is not None else joined)
+
+        states, before = migrate(self._states), migrate(self._before)  # raises before anything changed
+        if self._pre_swap is None:
+            self._pre_swap = (dict(self._states), self.logic, self.plan.to_dict())
+        self.spec, self.plan, self.logic = spec, plan, str(logic)
+        self._states, self._before = states, before
+        self._refused.clear()
+        return self
 
     def state(self) -> Any:
         """The workers' states after the last batch, joined into one."""
@@ -120,12 +169,14 @@ class BatchRunner:
         os.replace(tmp, self.snapshots / PLAN_FILE)
 
     # -- snapshots -----------------------------------------------------------------------------
-    def _save(self, batch_id: int, states: dict, before: dict) -> None:
+    def _save(self, batch_id: int, states: dict, before: tuple[dict, str, dict]) -> None:
         self.snapshots.mkdir(parents=True, exist_ok=True)
         final = self.snapshots / f"{batch_id}.pkl"
         tmp = self.snapshots / f".{batch_id}.pkl.tmp"
+        saved = {"batch_id": batch_id, "plan": self.plan.to_dict(), "states": states, "logic": self.logic,
+                 "before": before[0], "before_logic": before[1], "before_plan": before[2]}
         with open(tmp, "wb") as f:
-            pickle.dump({"batch_id": batch_id, "plan": self.plan.to_dict(), "states": states, "before": before}, f)
+            pickle.dump(saved, f)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, final)
@@ -151,24 +202,44 @@ class BatchRunner:
             saved = self._load(ids[-1])
             self._states, self._before = dict(saved["states"]), dict(saved["before"])
             self.last_batch = saved["batch_id"]
+            self._refused = dict(saved["refused"])
         self.write_plan()
         return self
 
     def _load(self, batch_id: int) -> dict:
-        """The snapshot of ``batch_id``, its states re-forked onto this runner's plan if saved under another.
+        """The snapshot of ``batch_id``, its states re-forked onto this runner's plan and logic.
 
-        So a restart with another parallelism (or a plan of the user's) continues from the same state.
+        States saved under another plan are joined under that plan and forked under this one, so a
+        restart with another parallelism (or a plan of the user's) continues from the same state.
+        States saved under another logic (a swap, :meth:`swap`) are migrated with this runner's
+        ``migrations[logic]``; without one they are refused (``saved["refused"]``: the reason,
+        raised when a batch would start from them), never run under a logic they were not made for.
         """
         with open(self.snapshots / f"{batch_id}.pkl", "rb") as f:
             saved = pickle.load(f)
-        if saved["plan"] != self.plan.to_dict():
-            try:
-                old = user_plan(self.spec, saved["plan"])
-            except ConfigError as exc:
-                raise ConfigError(f"the state saved after batch {batch_id} belongs to a plan that does not fit "
-                                  f"spec {self.spec.name}: {exc}") from None
-            for key in ("states", "before"):
-                saved[key] = fork_states(self.spec, self.plan, join_states(self.spec, old, saved[key]))
+        saved.setdefault("logic", INITIAL_LOGIC)
+        saved.setdefault("before_logic", saved["logic"])
+        saved.setdefault("before_plan", saved["plan"])
+        saved["refused"] = {}
+        for key, logic_key, plan_key, when in (("states", "logic", "plan", "after"),
+                                               ("before", "before_logic", "before_plan", "before")):
+            logic = saved[logic_key]
+            if logic != self.logic and logic not in self.migrations:
+                saved["refused"][key] = (
+                    f"the Flumina state {when} batch {batch_id} was made by logic {logic!r}, but this run's logic "
+                    f"is {self.logic!r}: start it with that update function, or give migrations={{{logic!r}: "
+                    "transform}")
+                continue
+            if saved[plan_key] != self.plan.to_dict() or logic != self.logic:
+                try:
+                    old = user_plan(self.spec, saved[plan_key])
+                except ConfigError as exc:
+                    raise ConfigError(f"the state saved after batch {batch_id} belongs to a plan that does not fit "
+                                      f"spec {self.spec.name}: {exc}") from None
+                joined = join_states(self.spec, old, saved[key])
+                if logic != self.logic:
+                    joined = self.migrations[logic](joined)
+                saved[key] = fork_states(self.spec, self.plan, joined)
         return saved
 
     def resume(self, committed: int | None) -> BatchRunner:
@@ -186,4 +257,6 @@ class BatchRunner:
         self._states = dict(saved["states"])
         self._before = dict(self._states)
         self.last_batch = committed
+        reason = saved["refused"].get("states")
+        self._refused = {"states": reason, "before": reason} if reason else {}
         return self

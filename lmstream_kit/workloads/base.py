@@ -83,6 +83,11 @@ class Workload:
         pandas/cudf operator by operator (:mod:`lmstream_kit.twin`; no Spark);
         look it up with :func:`lmstream_kit.twin.twin_program`, which builds it
         once.  None: the workload has no twin.
+    controllers : tuple of callables
+        Factories of the live objects the workload comes with
+        (:class:`~lmstream_kit.protocol.BatchController` s); a LiveStream plugs one of
+        each in when it is made (a Flumina workload's
+        :class:`~lmstream_kit.flumina.live.FluminaControl`, say).
     """
 
     name: str
@@ -101,6 +106,7 @@ class Workload:
     event_time: str | None = None
     window_from_plan: bool = False
     batch_program: Callable[[Any], Callable[[Any, int], tuple[Any, dict]]] | None = None
+    controllers: tuple[Callable[[], Any], ...] = ()
 
     def __post_init__(self) -> None:
         if self.slide_s < 0:

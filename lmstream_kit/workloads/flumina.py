@@ -16,6 +16,7 @@ under every admission policy, with the usual metrics.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -26,6 +27,7 @@ import pyarrow as pa
 from ..exceptions import ConfigError
 from ..flumina.examples import (EXAMPLES, fraud_detection_events, max_temperature_events, outlier_detection_events,
                                 page_view_events, value_barrier_events, with_work)
+from ..flumina.live import FluminaControl
 from ..flumina.tables import PAGE_VIEW, Codec, events_table
 from .base import Workload
 
@@ -58,7 +60,8 @@ FLUMINA_EXAMPLES: dict[str, FluminaExample] = {
 
 def flumina_workload(example: str = "value_barrier", *, parallelism: int = 2, shards: int | None = None,
                      sync_every: int = 10_000, bound_s: float = 10.0, work: int = 0, plan=None,
-                     name: str | None = None) -> Workload:
+                     name: str | None = None, update: Callable | None = None, logic: str | None = None,
+                     migrations: dict | None = None) -> Workload:
     """A workload that runs Flumina ``example`` on ``parallelism`` workers.
 
     Parameters
@@ -70,6 +73,14 @@ def flumina_workload(example: str = "value_barrier", *, parallelism: int = 2, sh
     bound_s : the latency bound (simulated seconds) the admission controller holds.
     work : extra per-event work (:func:`~lmstream_kit.flumina.examples.with_work`).
     plan : a plan of your own instead of the greedy one (a Plan for the example's spec).
+    update, logic : an update function of your own instead of the example's, and the name it goes
+        by (what :meth:`~lmstream_kit.flumina.live.FluminaControl.set_update` swapped in live: a run
+        restarted after the swap is started with it, since its saved state was made by it).
+    migrations : ``{logic: transform}`` for a saved state made by another logic
+        (:class:`~lmstream_kit.flumina.batches.BatchRunner`).
+
+    The stream gets a :class:`~lmstream_kit.flumina.live.FluminaControl`, which rescales the
+    workers, migrates tags between them and swaps the update function while it runs.
     """
     if example not in FLUMINA_EXAMPLES:
         raise ConfigError(f"unknown Flumina workload example {example!r} (known: {', '.join(FLUMINA_EXAMPLES)})")
@@ -79,6 +90,14 @@ def flumina_workload(example: str = "value_barrier", *, parallelism: int = 2, sh
     parts = shards or parallelism
     generate, payload_type, codec = FLUMINA_EXAMPLES[example]
     spec = with_work(EXAMPLES.get(example).spec(parts), work)
+    if update is not None:
+        if not callable(update):
+            raise ConfigError(f"update must be a function (state, event) -> (state, outputs), got {update!r}")
+        spec = dataclasses.replace(spec, update=update)
+        logic = logic or getattr(update, "__name__", None) or "update"
+    from ..flumina.batches import INITIAL_LOGIC
+
+    logic = str(logic or INITIAL_LOGIC)
     if plan is None:
         from ..flumina.plan import greedy_plan, sequential_plan
 
@@ -94,7 +113,8 @@ def flumina_workload(example: str = "value_barrier", *, parallelism: int = 2, sh
     def batch_program(state_dir: Path) -> Callable[[Any, int], tuple[pa.Table, dict]]:
         from ..flumina.batches import BatchRunner
 
-        runner = BatchRunner(spec, plan, snapshots=Path(state_dir)).restore()  # writes the plan for the panel
+        runner = BatchRunner(spec, plan, snapshots=Path(state_dir), logic=logic,
+                             migrations=migrations).restore()  # writes the plan for the panel
 
         def program(batch_df, batch_id: int) -> tuple[pa.Table, dict]:
             from ..engine.flumina import spark_workers
@@ -114,6 +134,7 @@ def flumina_workload(example: str = "value_barrier", *, parallelism: int = 2, sh
             return table, {"flumina_passes": last.passes, "flumina_epochs": last.epochs,
                            "flumina_events": last.events, "flumina_worker_events": dict(last.worker_events)}
 
+        program.runner = runner  # what the stream's FluminaControl reconfigures
         return program
 
     return Workload(
@@ -121,4 +142,5 @@ def flumina_workload(example: str = "value_barrier", *, parallelism: int = 2, sh
         description=f"Flumina {example} on {len(plan.workers)} worker(s), a sync about every {sync_every} events",
         schema=schema, make_rows=make_rows, build_query=lambda stream: stream,
         window_range_s=0.0, slide_s=float(bound_s), output_mode="append", batch_program=batch_program,
+        controllers=(FluminaControl,),
     )
