@@ -356,7 +356,8 @@ class BatchController(Tunable):
     ``plugged(host)``
         it was plugged into ``host`` (a :class:`StreamHost`: a LiveStream, an attached query),
         which says what it can change for the controller; raise ConfigError to refuse the host;
-        a LiveStream also offers its ``journal`` and its workload's running ``batch_program``;
+        a LiveStream also offers its ``journal``, its workload's running ``batch_program`` and
+        ``task_function_unsupported(fn)`` (why Spark's tasks cannot load ``fn``, or None);
     ``close()``
         the stream stops.
     """

@@ -242,6 +242,10 @@ class StreamControls(Tunable):
             return "the stream is not running"
         return self.engine.state_repartition_unsupported(self.run_dir / "checkpoint")
 
+    def task_function_unsupported(self, function) -> Optional[str]:
+        """Why Spark's tasks cannot load ``function`` (one task tries), None where they can."""
+        return self.engine.task_function_unsupported(function)
+
     def request_state_partitions(self, partitions: int, why: str = "") -> None:
         """Repartition the state into ``partitions`` in the background (:meth:`set_state_partitions`).
 

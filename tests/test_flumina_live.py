@@ -5,8 +5,8 @@ crash-consistent through the snapshots."""
 from __future__ import annotations
 
 import pytest
-
 from flumina_strategies import assert_same_up_to_dependence
+
 from lmstream_kit.exceptions import ConfigError
 from lmstream_kit.flumina import EXAMPLES, Event, greedy_plan, ordered, run_sequential
 from lmstream_kit.flumina.batches import BatchRunner
@@ -213,3 +213,26 @@ def test_requests_are_journaled_and_a_request_before_the_program_runs_is_refused
         unstarted.set_param("workers", 2)
     [txn] = Journal(tmp_path / "u").transactions()
     assert txn["state"] == "aborted" and "has not started yet" in txn["reason"]
+
+
+def test_a_logic_that_fails_on_its_first_batch_is_undone_and_that_batch_runs_under_the_old_one(tmp_path):
+    spec = value_barrier_spec(3)
+    runner = BatchRunner(spec, greedy_plan(spec, 3))
+    control = FluminaControl(runner)
+    control.plugged(Host(runner, tmp_path))
+    run_batch(control, runner, 0, [Event("a0", 1, 5), Event("a1", 2, 7)])
+
+    def broken(total, event):
+        raise ValueError(f"no update for {event.tag}")
+
+    control.set_param("workers", 2)  # in force with the swap at batch 1, and kept when the swap is undone
+    control.set_update(broken)
+    fields, out = run_batch(control, runner, 1, [Event("a2", 3, 1), Event("b", 4)])
+    assert [o for _, o in out] == [("b", 4, 13)]
+    assert (runner.logic, len(runner.plan.workers), runner.swap_failed) == (
+        "initial", 2, (1, "broken", "ValueError: no update for a2"))
+    txns = Journal(tmp_path).transactions()
+    assert [(t["op"], t["state"]) for t in txns] == [("flumina_workers", "committed"), ("flumina_logic", "aborted")]
+    assert txns[1]["reason"] == ("logic 'broken' failed on batch 1, which ran again under 'initial': "
+                                 "ValueError: no update for a2")
+    assert run_batch(control, runner, 2, [Event("a1", 5, 2), Event("b", 6)])[1][-1][1] == ("b", 6, 2)

@@ -107,3 +107,83 @@ def test_page_view_joins_with_the_changing_table_like_the_sequential_run(spark, 
     got = _outputs(run)
     assert sorted(got) == sorted(repr(o) for o in outputs) and len(outputs) > 5000
     assert all(r["flumina_passes"] == 1 for r in s.records if r["rows"])
+
+
+def _doubled(total, event):
+    """An update of this test module, which Spark's Python workers cannot import."""
+    return total, []
+
+
+@pytest.mark.spark
+def test_workers_rescale_tags_migrate_and_the_logic_swaps_while_the_stream_runs(spark, tmp_path):
+    import dataclasses
+
+    from lmstream_kit.flumina.live import FluminaControl
+    from lmstream_kit.journal import Journal
+    from lmstream_kit.live import LiveStream
+
+    def doubled(total, event):  # value_barrier's update with a-values counted twice
+        if event.tag == "b":
+            return 0, [("b", event.ts, total)]
+        return total + 2 * event.payload, []
+
+    def times_ten(total):
+        return total * 10
+
+    def broken(total, event):
+        raise ValueError(f"no update for {event.tag}")
+
+    run = tmp_path / "live"
+    s = LiveStream(flumina_workload("value_barrier", parallelism=2, shards=3, sync_every=300, bound_s=4.0),
+                   policy="lmstream", traffic="constant", rate=1000, speedup=4, duration_s=64, trigger_s=1,
+                   run_dir=run, spark=spark).start()
+    try:
+        control = next(c for c in s.controllers if isinstance(c, FluminaControl))
+        query = s.query.runId
+        def data():
+            return sum(1 for r in s.records if r["rows"])
+
+        s.wait(batches=3, timeout=120)
+        control.set_param("workers", 3)
+        s.wait(batches=data() + 2, timeout=120)
+        moved = [t for t in ("a0", "a1", "a2") if control.runner.plan.owner(t) != "w1"][0]
+        control.move_tags([moved], to="w1")
+        s.wait(batches=data() + 2, timeout=120)
+        with pytest.raises(ConfigError, match=r"^update '_doubled' cannot run in Spark's tasks: ModuleNotFoundError: "
+                                              r"No module named 'test_flumina_workload'"):
+            control.set_update(_doubled)
+        control.set_update(doubled, transform=times_ten)  # defined in the test: pickled by value
+        s.wait(batches=data() + 2, timeout=120)
+        control.set_update(broken)  # fails in its first batch: that batch runs again under 'doubled'
+        s.wait(until=lambda st: st.feed_finished(), timeout=180)
+        assert s.query.runId == query  # no restart
+    finally:
+        s.stop()
+    txns = Journal(run).transactions()
+    assert [(t["op"], t["state"]) for t in txns] == [
+        ("flumina_workers", "committed"), ("flumina_plan", "committed"), ("flumina_logic", "aborted"),
+        ("flumina_logic", "committed"), ("flumina_logic", "aborted")]
+    assert "No module named 'test_flumina_workload'" in txns[2]["reason"]
+    assert txns[4]["reason"].startswith(f"logic 'broken' failed on batch {txns[4]['batch_id']}, which ran again "
+                                        "under 'doubled': ") and "no update for" in txns[4]["reason"]
+    del txns[2]
+    swap_batch = txns[2]["batch_id"]
+    by_batch = {r["batch_id"]: r for r in s.records}
+    assert by_batch[txns[0]["batch_id"]]["flumina_workers"] == 3
+    assert by_batch[txns[1]["batch_id"]]["flumina_workers"] == 2  # the moved tag's worker joined w1
+    assert {r["flumina_logic"] for r in s.records if r["batch_id"] >= swap_batch} == {"doubled"}
+    # the outputs equal the sequential run: the old logic up to the swap, the state times ten, then the new
+    before = sum(r["n_datasets"] for r in s.records if r["batch_id"] < swap_batch)
+    spool = Spool(run / "spool", create=False)
+
+    def events(table):
+        table = table.sort_by([("ts", "ascending"), ("seq", "ascending")])
+        return [Event(t, ts, p) for t, ts, p in zip(table.column("tag").to_pylist(), table.column("ts").to_pylist(),
+                                                    table.column("payload").to_pylist())]
+
+    spec = EXAMPLES.get("value_barrier").spec(3)
+    mid, first = run_sequential(spec, events(spool.read_table(0, before)))
+    _, second = run_sequential(dataclasses.replace(spec, update=doubled), events(spool.read_table(before)),
+                               state=times_ten(mid))
+    assert len(first) > 5 and len(second) > 5
+    assert _outputs(run) == [repr(o) for o in first + second]

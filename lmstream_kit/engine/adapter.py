@@ -228,6 +228,20 @@ class SparkEngine:
                 logger.disabled = disabled
         return None
 
+    def task_function_unsupported(self, function: Callable) -> str | None:
+        """Why Spark's tasks cannot load ``function`` (one line), None where they can.
+
+        One task unpickles it, as a pass of a batch would: a function of a module the executors
+        cannot import, or one that does not pickle, is named here rather than failing a batch.
+        """
+        from .flumina import _task_error
+
+        try:
+            self.spark.sparkContext.parallelize([0], 1).map(lambda _: function is not None).collect()
+        except Exception as exc:  # noqa: BLE001  (any failure to ship or load it refuses it)
+            return _task_error(exc)
+        return None
+
     def has_batch_session(self) -> bool:
         """Whether a batch of the current query ran, so its session can take confs."""
         return self._batch_session is not None

@@ -69,6 +69,9 @@ class BatchRunner:
         # _before only for the first batch after a logic swap (the swap had not committed before it)
         self._saved_before: tuple[dict, str, dict] | None = None  # (states, logic, plan as a dict)
         self._pre_swap: tuple[dict, str, dict] | None = None  # the same, before a swap no batch ran under yet
+        self._undo: tuple | None = None  # (spec, plan, logic, states, before) to go back to if that batch fails
+        #: ``(batch id, logic, error)`` of the last swap whose first batch failed under it and ran under the old logic
+        self.swap_failed: tuple[int, str, str] | None = None
         self._refused: dict[str, str] = {}  # "states"/"before": why they cannot run under this logic
 
     # -- running -------------------------------------------------------------------------------
@@ -90,14 +93,23 @@ class BatchRunner:
         if which in self._refused:
             raise ConfigError(self._refused[which])
         start = self._before if replay else self._states
-        result = run_batch(self.spec, self.plan, events, states=start, map_workers=map_workers)
+        try:
+            result = run_batch(self.spec, self.plan, events, states=start, map_workers=map_workers)
+        except Exception as exc:  # noqa: BLE001  (the new logic failed on the batch: the old one runs it)
+            if self._undo is None or replay:
+                raise
+            failed = self.logic
+            self.spec, self.plan, self.logic, self._states, self._before = self._undo
+            self._undo = self._pre_swap = None
+            self.swap_failed = (batch_id, failed, f"{type(exc).__name__}: {exc}".splitlines()[0])
+            return self.run(batch_id, events, map_workers=map_workers)
         here = (dict(start), self.logic, self.plan.to_dict())
         if replay:
             saved_before = self._saved_before or here
         else:  # the first batch after a swap: a restart that does not take the swap replays it from the old
             saved_before = self._pre_swap or here
         self._before, self._states, self.last_batch = dict(start), dict(result.states), batch_id
-        self._saved_before, self._pre_swap = saved_before, None
+        self._saved_before, self._pre_swap, self._undo = saved_before, None, None
         self._refused.clear()
         self.last = result
         if self.snapshots is not None:
@@ -112,7 +124,9 @@ class BatchRunner:
         between batches.  The snapshot of the next batch keeps the states before it under the old
         logic, so a restart that does not take the swap (a crash before the batch committed)
         replays that batch as it was; a restart under the new logic migrates them with
-        ``migrations`` (see :meth:`restore`).  A transform that raises changes nothing.
+        ``migrations`` (see :meth:`restore`).  A transform that raises changes nothing; where the
+        first batch under the new logic fails, it runs again under the old one, which stays in
+        force (:attr:`swap_failed` says so).
         """
         if spec.tags != self.spec.tags:
             raise ConfigError(f"spec {spec.name} has other tags than spec {self.spec.name}: a swap keeps the tags "
@@ -126,6 +140,7 @@ class BatchRunner:
         states, before = migrate(self._states), migrate(self._before)  # raises before anything changed
         if self._pre_swap is None:
             self._pre_swap = (dict(self._states), self.logic, self.plan.to_dict())
+            self._undo = (self.spec, self.plan, self.logic, dict(self._states), dict(self._before))
         self.spec, self.plan, self.logic = spec, plan, str(logic)
         self._states, self._before = states, before
         self._refused.clear()
@@ -153,6 +168,11 @@ class BatchRunner:
         old = self.plan
         self._states = fork_states(self.spec, plan, join_states(self.spec, old, self._states))
         self._before = fork_states(self.spec, plan, join_states(self.spec, old, self._before))
+        if self._undo is not None:  # a swap waits for its first batch: going back to it keeps the new plan
+            spec0, plan0, logic0, states0, before0 = self._undo
+            plan1 = Plan(spec0, plan.root, rates=plan.rates)
+            self._undo = (spec0, plan1, logic0, fork_states(spec0, plan1, join_states(spec0, plan0, states0)),
+                          fork_states(spec0, plan1, join_states(spec0, plan0, before0)))
         self.plan = plan
         self.write_plan()
         return self

@@ -125,7 +125,7 @@ class FluminaControl(BatchController):
         self._host: Any = None
         self._lock = threading.Lock()
         self._pending: list[_Request] = []
-        self._applied: list[tuple[int, Any]] = []  # (batch id, transaction) awaiting their batch's end
+        self._applied: list[tuple[int, str, Any]] = []  # (batch id, op, transaction) awaiting their batch's end
         self._workers: int | None = None  # the workers asked for last (shown before the runner exists)
 
     # ------------------------------------------------------------------ the runner
@@ -230,7 +230,9 @@ class FluminaControl(BatchController):
         spec with the same tags (where the state's shape changes, its fork and join must too).
         ``transform(state) -> state`` migrates the workers' joined state to the new logic at the
         boundary (None: the state stays as it is); a transform that raises aborts the swap and the
-        stream runs on under the old logic.  ``name`` names the logic in records, the journal and
+        stream runs on under the old logic; so does one that Spark's tasks cannot load (checked with
+        one task when asked), and one whose first batch fails under it (that batch runs again under
+        the old logic, and the swap is aborted with the error).  ``name`` names the logic in records, the journal and
         the snapshots (default: the function's name); a restart after a crash must be started with
         the logic its saved state was made by, or with ``migrations`` from it
         (:class:`~lmstream_kit.flumina.batches.BatchRunner`).
@@ -255,8 +257,16 @@ class FluminaControl(BatchController):
                 raise ConfigError(f"spec {s.name} has other tags than spec {r.spec.name}: the logic swap keeps the tags")
             return s
 
+        def check(r) -> None:
+            new_spec(r)
+            # the update runs in Spark's tasks: one that they cannot load (a function of a module the
+            # executors do not have) is refused now, not when the next batch fails on it
+            reason = getattr(self._host, "task_function_unsupported", lambda fn: None)(fn)
+            if reason is not None:
+                raise ConfigError(f"update {logic!r} cannot run in Spark's tasks: {reason}")
+
         self._request("flumina_logic", runner.logic, logic,
-                      lambda r: r.swap(new_spec(r), logic=logic, transform=transform), check=new_spec,
+                      lambda r: r.swap(new_spec(r), logic=logic, transform=transform), check=check,
                       transform=getattr(transform, "__name__", "given") if transform is not None else None)
 
     # ------------------------------------------------------------------ per-batch hooks
@@ -278,14 +288,22 @@ class FluminaControl(BatchController):
                 continue
             if req.txn is not None:
                 req.txn.step("applied", batch_id=int(ctx.batch_id), workers=len(runner.plan.workers))
-                self._applied.append((int(ctx.batch_id), req.txn))
+                with self._lock:
+                    self._applied.append((int(ctx.batch_id), req.op, req.txn))
         return {"flumina_workers": len(runner.plan.workers), "flumina_logic": runner.logic}
 
     def after_batch(self, record: Any) -> Mapping[str, Any] | None:
         batch = int(record.batch_id)
+        runner = self.runner
+        failed = getattr(runner, "swap_failed", None)
         with self._lock:
-            done = [txn for at, txn in self._applied if at <= batch]
-            self._applied = [(at, txn) for at, txn in self._applied if at > batch]
-        for txn in done:
-            txn.step("committed", batch_id=batch)
-        return None
+            done = [(at, op, txn) for at, op, txn in self._applied if at <= batch]
+            self._applied = [(at, op, txn) for at, op, txn in self._applied if at > batch]
+        for at, op, txn in done:
+            if op == "flumina_logic" and failed is not None and failed[0] == at:
+                reason = f"logic {failed[1]!r} failed on batch {at}, which ran again under {runner.logic!r}: {failed[2]}"
+                txn.abort(reason, batch_id=batch)
+                self.log_change("logic", runner.logic, aborted=reason, requested=failed[1])
+            else:
+                txn.step("committed", batch_id=batch)
+        return {"flumina_logic": runner.logic} if runner is not None else None
