@@ -281,7 +281,9 @@ def _summary_table(stream, summary: dict) -> None:
 @click.option("--rate-scale", type=float, default=None, help="Factor on the generated traffic's rate.")
 @click.option("--state-partitions", type=int, default=None, help="Repartition the query's state (Spark 4.2+, RocksDB): stop, repartition, restart.")
 @click.option("--restart", is_flag=True, help="Restart the query from its checkpoint, changing nothing.")
-def reconfigure(run_dir, slide_s, target_s, policy, rate_scale, state_partitions, restart):
+@click.option("--set", "setting", default=None, metavar="KEY=VALUE",
+              help="Any other live control by its key, e.g. flumina.workers=3 or inflection_point=65536.")
+def reconfigure(run_dir, slide_s, target_s, policy, rate_scale, state_partitions, restart, setting):
     """Change a running stream from another shell: one change per call, journaled.
 
     RUN_DIR is the run directory of a stream running now (`lmstream-kit run --out RUN_DIR`, or a
@@ -293,6 +295,7 @@ def reconfigure(run_dir, slide_s, target_s, policy, rate_scale, state_partitions
     Examples:
       lmstream-kit reconfigure runs/LR2S-lmstream-20261124 --target 4
       lmstream-kit reconfigure runs/LR2S-lmstream-20261124 --state-partitions 4
+      lmstream-kit reconfigure runs/flumina-run --set flumina.workers=3
     """
     from .engine.channel import RECONFIGURE, ChannelClient
     from .exceptions import ChannelError
@@ -301,9 +304,18 @@ def reconfigure(run_dir, slide_s, target_s, policy, rate_scale, state_partitions
     asked = {"slide_s": slide_s, "target_s": target_s, "policy": policy, "rate_scale": rate_scale,
              "state_partitions": state_partitions, "restart": True if restart else None}
     asked = {k: v for k, v in asked.items() if v is not None}
+    if setting is not None:
+        key, sep, text = setting.partition("=")
+        if not sep or not key.strip():
+            raise KitError(f"--set takes KEY=VALUE, got {setting!r}")
+        try:
+            value = json.loads(text)  # 3, 0.5, true, "text"
+        except ValueError:
+            value = text
+        asked[key.strip()] = value
     if len(asked) != 1:
-        raise KitError("give exactly one change: --slide, --target, --policy, --rate-scale, --state-partitions "
-                       f"or --restart (got {len(asked)})")
+        raise KitError("give exactly one change: --slide, --target, --policy, --rate-scale, --state-partitions, "
+                       f"--restart or --set (got {len(asked)})")
     [(op, value)] = asked.items()
     info = read_run_info(run_dir) if (run_dir / "run.json").is_file() else {}
     channel, key = info.get("channel"), run_dir / ".channel.key"

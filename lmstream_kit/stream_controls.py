@@ -175,22 +175,33 @@ class StreamControls(Tunable):
             txn.step("prepared")
         swap.request(function, name, txn)
 
-    #: what ``lmstream-kit reconfigure`` (the channel's ``reconfigure`` request) may change
+    #: what ``lmstream-kit reconfigure`` (the channel's ``reconfigure`` request) may change, besides
+    #: every declared control by its key (``inflection_point``, ``flumina.workers``, ...)
     RECONFIGURE_OPS = ("slide_s", "target_s", "policy", "rate_scale", "state_partitions", "restart")
 
     def on_reconfigure(self, op: str, value: Any) -> dict:
         """A live reconfiguration asked by another process over the stream's channel (one of
-        :attr:`RECONFIGURE_OPS`); returns what is in force after it, and its journal transaction."""
+        :attr:`RECONFIGURE_OPS`, or the key of a declared control: :meth:`controls`); returns what is
+        in force after it, and its journal transaction."""
         setters = {"slide_s": self.set_slide, "target_s": self.set_target, "policy": self.set_policy,
                    "rate_scale": self.set_rate_scale, "state_partitions": self.set_state_partitions,
                    "restart": lambda _: self.restart()}
-        if op not in setters:
-            raise ConfigError(f"unknown reconfiguration {op!r}; known: {', '.join(self.RECONFIGURE_OPS)}")
+        control = None
+        if op not in setters:  # a declared control: the placement's, or a plugged controller's (flumina.workers)
+            controls = {c.key: c for c in self.controls()}
+            control = controls.get(op)
+            if control is None:
+                raise ConfigError(f"unknown reconfiguration {op!r}; known: {', '.join(self.RECONFIGURE_OPS)}, "
+                                  f"or a control: {', '.join(k for k in controls if k not in setters)}")
+            if control.disabled:
+                raise ConfigError(f"{op} cannot change now: {control.disabled}")
         before = len(self.journal.transactions()) if self.journal is not None else 0
-        setters[op](value)
+        (control.setter if control is not None else setters[op])(value)
         txns = self.journal.transactions() if self.journal is not None else []
         now = {"slide_s": self.slide_s, "policy": self.policy.name, "rate_scale": self.rate_scale,
                "state_partitions": self.state_partitions()}
+        if control is not None:
+            now[op] = next((c.value for c in self.controls() if c.key == op), None)
         return {"op": op, "value": value, "now": now, "transaction": txns[-1] if len(txns) > before else None}
 
     def state_partitions(self) -> Optional[int]:

@@ -274,6 +274,13 @@ def test_reconfigure_changes_a_running_stream_from_another_process(spark, tmp_pa
         assert proc.returncode == 0 and "restart -> True: in force, transaction 1 applied" in proc.stdout, proc.stdout
         assert_user_error(kit("reconfigure", str(run), "--policy", "greedy"), "unknown policy 'greedy'", str(run))
         assert_user_error(kit("reconfigure", str(run), "--target", "3", "--restart"), "exactly one change")
+        proc = kit("reconfigure", str(run), "--set", "inflection_point=65536")  # a declared control, by its key
+        assert proc.returncode == 0 and '"inflection_point": 65536.0' in proc.stdout, (proc.stdout, proc.stderr)
+        assert s.mapper.inflection_point == 65536
+        assert_user_error(kit("reconfigure", str(run), "--set", "flumina.workers=3"),
+                          "unknown reconfiguration 'flumina.workers'", "inflection_point")
+        assert_user_error(kit("reconfigure", str(run), "--set", "inflection_point=-1"), "got -1")
+        assert_user_error(kit("reconfigure", str(run), "--set", "3"), "--set takes KEY=VALUE, got '3'")
         s.wait(batches=len(s.records) + 2, timeout=120)
         assert s.is_active
     finally:
