@@ -1,0 +1,236 @@
+"""kill -9 a stream's driver at random points while other processes reconfigure it; every row once.
+
+    .venv/bin/python benchmarks/chaos_reconfigure.py                       # 10 kills, ~30 reconfigurations
+    .venv/bin/python benchmarks/chaos_reconfigure.py --kills 3 --seed 1     # the short run the tests use
+
+One run directory, one ``lmstream-kit run --workload PASSTHROUGH`` after another (each started on the same
+``--out``, so it resumes the checkpoint, the spool and the journal).  While a run streams, other
+processes reconfigure it with ``lmstream-kit reconfigure`` at random: a new latency target, a policy
+switch (to or from ``fixed`` restarts the query), a plain restart, a new traffic rate.  At a random
+moment, often while a reconfiguration is under way, the run's whole process group (the driver's
+Python and Spark's JVM) gets SIGKILL.  The last run feeds ``--last`` simulated seconds, then drains
+everything spooled (what the killed runs left pending too) and stops by itself.
+
+Then it checks what the reconfiguration issue asks:
+
+* **no row lost or duplicated**: the output's rows equal the spool's rows, once each;
+* **the journal is consistent**: every transaction ended committed or aborted; its steps went in
+  order (requested, prepared, applied, committed; aborted after any but committed); one a crash left
+  open was ended by the next start (``recovered``);
+* **one configuration in force**: each run's first batch ran under the policy it was started with,
+  never a mix of an interrupted change.
+
+It writes ``chaos-reconfigure-<host>-<time>.json`` and ``.csv`` (one row per run: how it ended, the
+reconfigurations asked and how each ended) and prints the verdict; exit status 1 where a check
+failed.  Every number is **measured** on the machine named in the file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from lmstream_kit.bench.outputs import write_run_results  # noqa: E402
+
+KIT = [sys.executable, "-m", "lmstream_kit"]
+#: the order a transaction's steps may go in (aborted may follow any state but committed)
+_NEXT = {None: {"requested"}, "requested": {"prepared", "aborted"}, "prepared": {"applied", "aborted"},
+         "applied": {"committed", "aborted"}}
+
+
+def start_run(run: Path, args, policy: str, log, duration: float) -> subprocess.Popen:
+    """``lmstream-kit run --workload PASSTHROUGH`` on ``run`` in a new process group (its JVM goes with it)."""
+    cmd = [*KIT, "run", "--workload", "PASSTHROUGH", "--policy", policy, "--traffic", "random", "--rate", str(args.rate),
+           "--speedup", str(args.speedup), "--seed", str(args.seed), "--out", str(run), "--output", "parquet",
+           "--duration", f"{duration:g}"]
+    return subprocess.Popen(cmd, stdout=log, stderr=log, start_new_session=True)
+
+
+def channel(run: Path) -> str | None:
+    try:
+        return json.loads((run / "run.json").read_text()).get("channel")
+    except (OSError, ValueError):
+        return None
+
+
+def batches(run: Path) -> int:
+    try:
+        with open(run / "metrics.jsonl") as fh:
+            return sum(1 for _ in fh)
+    except OSError:
+        return 0
+
+
+def wait_up(proc: subprocess.Popen, run: Path, old_channel: str | None, old_batches: int, timeout: float) -> None:
+    """Until the new run serves its channel and completed a batch of its own."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"the run exited with {proc.returncode} before it was up")
+        if channel(run) not in (None, old_channel) and batches(run) > old_batches:
+            return
+        time.sleep(0.2)
+    raise RuntimeError(f"the run was not up within {timeout:g} s")
+
+
+def reconfigure(run: Path, rng: random.Random) -> tuple[list[str], subprocess.Popen]:
+    """Start one random ``lmstream-kit reconfigure`` on ``run`` (not waited for)."""
+    op = rng.choice(["target", "policy", "policy", "restart", "rate"])
+    if op == "target":
+        change = ["--target", f"{rng.choice([2, 4, 6, 10]):g}"]
+    elif op == "policy":
+        change = ["--policy", rng.choice(["lmstream", "asap", "fixed"])]
+    elif op == "restart":
+        change = ["--restart"]
+    else:
+        change = ["--rate-scale", f"{rng.choice([0.5, 1.0, 1.5]):g}"]
+    proc = subprocess.Popen([*KIT, "reconfigure", str(run), *change], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    return change, proc
+
+
+def journal_problems(run: Path) -> list[str]:
+    """What is wrong with the journal: steps out of order, transactions left open."""
+    entries = [json.loads(line) for line in (run / "reconfig.jsonl").read_text().splitlines() if line.strip()] \
+        if (run / "reconfig.jsonl").is_file() else []
+    state: dict[int, str | None] = {}
+    problems = []
+    for e in entries:
+        txn, now = int(e["txn"]), e["state"]
+        if now not in _NEXT.get(state.get(txn), set()):
+            problems.append(f"transaction {txn} ({e.get('op')}) went from {state.get(txn)} to {now}")
+        state[txn] = now
+    problems += [f"transaction {t} left {s}" for t, s in state.items() if s not in ("committed", "aborted")]
+    return problems
+
+
+def rows(table) -> Counter:
+    return Counter(zip(*(table.column(c).to_pylist() for c in table.column_names)))
+
+
+def row_problems(run: Path) -> tuple[list[str], int]:
+    """Rows of the spool missing from the output or there twice (or more), and the spool's row count."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from lmstream_kit.feed.spool import Spool
+
+    fed = Spool(run / "spool", create=False).read_table()
+    files = sorted((run / "output").glob("part-*.parquet"))
+    out = pa.concat_tables([pq.read_table(f) for f in files]).select(fed.column_names) if files else fed.slice(0, 0)
+    want, got = rows(fed), rows(out)
+    missing = sum((want - got).values())
+    extra = sum((got - want).values())
+    problems = ([f"{missing} row(s) of the spool are not in the output"] if missing else []) + \
+               ([f"{extra} output row(s) are duplicates or not in the spool"] if extra else [])
+    return problems, fed.num_rows
+
+
+def policy_of_record(run: Path, index: int) -> str | None:
+    """The policy of the ``index``-th record of the run directory's metrics (0-based)."""
+    with open(run / "metrics.jsonl") as fh:
+        for i, line in enumerate(fh):
+            if i == index:
+                return json.loads(line).get("policy")
+    return None
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--kills", type=int, default=10, help="kill -9s of the driver (then one clean stop)")
+    ap.add_argument("--per-run", type=int, default=3, help="most reconfigurations asked of each run")
+    ap.add_argument("--rate", type=float, default=400.0, help="rows per simulated second")
+    ap.add_argument("--speedup", type=float, default=10.0)
+    ap.add_argument("--last", dest="last_s", type=float, default=120.0,
+                    help="simulated seconds the last run feeds before it drains and stops")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--run-dir", type=Path, default=None, help="the run directory [default: a temporary one]")
+    ap.add_argument("--out", type=Path, default=Path(__file__).parent / "results")
+    args = ap.parse_args(argv)
+    rng = random.Random(args.seed)
+    tmp = None
+    if args.run_dir is None:
+        tmp = Path(tempfile.mkdtemp(prefix="chaos-reconfigure-"))
+        args.run_dir = tmp / "run"
+    run = args.run_dir
+    log = open(run.parent / f"{run.name}.log", "ab")
+    runs, t_start = [], time.time()
+    try:
+        for i in range(args.kills + 1):
+            policy = rng.choice(["lmstream", "lmstream", "asap"])
+            before_channel, before_batches = channel(run), batches(run)
+            final = i == args.kills
+            # the runs that are killed stream until then; the last one feeds --last simulated seconds,
+            # drains everything spooled (also what the killed runs left pending) and exits
+            proc = start_run(run, args, policy, log, args.last_s if final else 1e6)
+            wait_up(proc, run, before_channel, before_batches, timeout=180)
+            started_batches = batches(run)
+            first_policy = policy_of_record(run, before_batches)  # the run's first batch
+            asked = []
+            for k in range(rng.randint(1, args.per_run)):
+                change, rp = reconfigure(run, rng)
+                last = k == args.per_run - 1 or rng.random() < 0.4
+                if i < args.kills and last:  # kill while this one is under way
+                    time.sleep(rng.uniform(0.0, 2.0))
+                    os.killpg(proc.pid, signal.SIGKILL)
+                    proc.wait()
+                    rp.wait(timeout=120)
+                    asked.append({"change": " ".join(change), "rc": rp.returncode, "killed_during": True})
+                    break
+                out, err = rp.communicate(timeout=600)
+                asked.append({"change": " ".join(change), "rc": rp.returncode,
+                              "said": (out or err).strip().splitlines()[-1] if (out or err).strip() else ""})
+                time.sleep(rng.uniform(0.5, 3.0))
+            if proc.poll() is None and i < args.kills:  # not killed mid-change: kill between changes
+                time.sleep(rng.uniform(0.0, 2.0))
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+            ended = "killed"
+            if final:
+                proc.wait(timeout=600)
+                ended = f"drained and stopped (exit {proc.returncode})"
+            print(f"run {i + 1}/{args.kills + 1} ({policy}): {len(asked)} change(s), {ended}", flush=True)
+            runs.append({"run": i + 1, "policy": policy, "first_batch_policy": first_policy, "ended": ended,
+                         "batches": batches(run) - before_batches, "changes": json.dumps(asked)})
+        problems = journal_problems(run)
+        problems += [f"run {r['run']} was started with {r['policy']} but its first batch ran under "
+                     f"{r['first_batch_policy']}" for r in runs if r["first_batch_policy"] != r["policy"]]
+        lost, fed_rows = row_problems(run)
+        problems += lost
+        if not runs[-1]["ended"].endswith("(exit 0)"):
+            problems.append(f"the last run did not stop cleanly: {runs[-1]['ended']}")
+        txns = {}
+        for line in (run / "reconfig.jsonl").read_text().splitlines() if (run / "reconfig.jsonl").is_file() else []:
+            e = json.loads(line)
+            txns.setdefault(int(e["txn"]), []).append(e)
+        ends = Counter(("recovered " if steps[-1].get("recovered") else "") + steps[-1]["state"]
+                       for steps in txns.values())
+        meta = {"benchmark": "chaos-reconfigure", "kills": args.kills, "seed": args.seed, "rate": args.rate,
+                "speedup": args.speedup, "wall_s": round(time.time() - t_start, 1), "spool_rows": fed_rows,
+                "transactions": len(txns), "transaction_ends": dict(ends), "problems": problems,
+                "verdict": "pass" if not problems else "FAIL"}
+        path = write_run_results(args.out, "chaos-reconfigure", meta, runs)
+        print(f"{fed_rows} rows, {len(txns)} reconfigurations ({dict(ends)}), {args.kills} kill -9: "
+              f"{'every row once, journal consistent' if not problems else '; '.join(problems)}")
+        print(f"results: {path}")
+        return 0 if not problems else 1
+    finally:
+        log.close()
+        if tmp is not None and not os.environ.get("LMSTREAM_KEEP_CHAOS"):
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
