@@ -15,6 +15,14 @@ For each offered rate (more rows in the join's or window's state), one stream (R
 * ``repartition`` (Spark 4.2+): ``LiveStream.set_state_partitions(--to)``: stop, Spark's offline
   state repartition, start (``lmstream_kit.engine.state``).
 
+With ``--workload flumina:EXAMPLE`` (a Flumina program, whose state the kit keeps) the changes are:
+
+* ``rescale``: ``FluminaControl`` workers ``--from`` -> ``--to`` at the next batch, a join and a fork
+  of the workers' states, with no restart;
+* ``logic`` (``value_barrier`` only): a new update function with a state transformer, no restart;
+* ``restart``: as above, the stop-and-restart baseline (a restart with another parallelism costs
+  the same: the snapshot is re-forked on the new plan when the runner starts).
+
 Per change it writes: the state's rows (Spark's ``numRowsTotal``) and bytes on disk, the whole
 change's seconds where the query restarts (admission held, the admitted batches committed, stop,
 [repartition,] start), Spark's repartition alone, the *downtime* (the gap between the completions
@@ -57,10 +65,33 @@ def change_costs(records: list[dict], param: str, trigger_s: float) -> dict:
             "steady_latency_s": round(steady, 3)}
 
 
+def _doubled(total, event):
+    """value_barrier's update with a-values counted twice (pickled by value: this is __main__)."""
+    if event.tag == "b":
+        return 0, [("b", event.ts, total)]
+    return total + 2 * event.payload, []
+
+
+def _times_ten(total):
+    return total * 10
+
+
+def workload_for(args):
+    """The workload: a name, or ``flumina:EXAMPLE`` for a Flumina program on ``--from`` workers."""
+    if not args.workload.startswith("flumina:"):
+        return args.workload
+    from lmstream_kit.workloads.flumina import flumina_workload
+
+    return flumina_workload(args.workload.split(":", 1)[1], parallelism=args.from_partitions,
+                            shards=max(args.from_partitions, args.to_partitions), sync_every=500,
+                            bound_s=args.trigger_s, work=args.work)
+
+
 def one_rate(rate: float, args, spark, run_dir: Path) -> list[dict]:
+    from lmstream_kit.flumina.live import FluminaControl
     from lmstream_kit.live import LiveStream
 
-    s = LiveStream(args.workload, policy="fixed", trigger_s=args.trigger_s, rate=rate, speedup=args.speedup,
+    s = LiveStream(workload_for(args), policy="fixed", trigger_s=args.trigger_s, rate=rate, speedup=args.speedup,
                    traffic="constant", run_dir=run_dir, spark=spark, state_store="rocksdb",
                    state_partitions=args.from_partitions)
     wall_trigger = args.trigger_s / args.speedup
@@ -73,8 +104,16 @@ def one_rate(rate: float, args, spark, run_dir: Path) -> list[dict]:
             progress = s.query.lastProgress or {}
             size = {"state_rows": sum(int(op.get("numRowsTotal") or 0) for op in progress.get("stateOperators") or []),
                     "state_bytes": state_bytes(run_dir / "checkpoint")}
-            param = {"swap": "batch.function", "restart": "restart", "repartition": "state_partitions"}[kind]
-            if kind == "swap":  # a new per-batch function: the result's first column renamed
+            param = {"swap": "batch.function", "restart": "restart", "repartition": "state_partitions",
+                     "rescale": "flumina.workers", "logic": "flumina.logic"}[kind]
+            flumina = next((c for c in s.controllers if isinstance(c, FluminaControl)), None)
+            if kind == "rescale":
+                size["flumina_events_per_batch"] = round(statistics.mean(
+                    r.get("flumina_events") or 0 for r in s.records[-args.warm:]), 1)
+                flumina.set_param("workers", args.to_partitions)
+            elif kind == "logic":
+                flumina.set_update(_doubled, transform=_times_ten, name="doubled")
+            elif kind == "swap":  # a new per-batch function: the result's first column renamed
                 s.set_batch_function(lambda df: df.withColumnRenamed(df.columns[0], df.columns[0] + "_v2"),
                                      name="renamed")
             elif kind == "restart":
@@ -85,8 +124,8 @@ def one_rate(rate: float, args, spark, run_dir: Path) -> list[dict]:
             s.wait(until=lambda st: len([r for r in st.records if r.get("rows")]) >= n + 6, timeout=600)
             change = next(c for r in s.records for c in r.get("changes") or [] if c.get("param") == param)
             rows.append({"rate": rate, "change": kind, **size,
-                         "partitions": f"{args.from_partitions}->{args.to_partitions}" if kind == "repartition"
-                         else str(args.from_partitions),
+                         "partitions": f"{args.from_partitions}->{args.to_partitions}"
+                         if kind in ("repartition", "rescale") else str(args.from_partitions),
                          "change_s": change.get("restart_s"), "repartition_s": change.get("repartition_s"),
                          **change_costs(s.records, param, wall_trigger)})
     finally:
@@ -102,7 +141,9 @@ def main(argv=None) -> int:
     ap.add_argument("--from", dest="from_partitions", type=int, default=2, help="state partitions at the start")
     ap.add_argument("--to", dest="to_partitions", type=int, default=4, help="state partitions after the change")
     ap.add_argument("--warm", type=int, default=5, help="batches before each change")
-    ap.add_argument("--ops", default="swap,restart,repartition", help="the changes, in order: swap, restart, repartition")
+    ap.add_argument("--ops", default=None, help="the changes, in order: swap, restart, repartition; for a Flumina "
+                    "workload rescale, logic, restart [default: all, in that order]")
+    ap.add_argument("--work", type=int, default=0, help="a Flumina workload's extra per-event work (rounds)")
     ap.add_argument("--speedup", type=float, default=4.0)
     ap.add_argument("--trigger-s", type=float, default=8.0, help="the fixed trigger, simulated seconds")
     ap.add_argument("--master", default="local[2]")
@@ -115,10 +156,15 @@ def main(argv=None) -> int:
     except ValueError:
         print(f"error: --rates must be positive numbers and --from/--to >= 1, got {args.rates!r}", file=sys.stderr)
         return 2
-    args.ops = [x.strip() for x in args.ops.split(",") if x.strip()]
-    unknown = [x for x in args.ops if x not in ("swap", "restart", "repartition")]
+    flumina = args.workload.startswith("flumina:")
+    known = ("rescale", "logic", "restart") if flumina else ("swap", "restart", "repartition")
+    args.ops = [x.strip() for x in (args.ops or ",".join(known)).split(",") if x.strip()]
+    unknown = [x for x in args.ops if x not in known]
     if unknown or not args.ops:
-        print(f"error: --ops takes swap, restart, repartition, got {args.ops!r}", file=sys.stderr)
+        print(f"error: --ops takes {', '.join(known)} for {args.workload}, got {args.ops!r}", file=sys.stderr)
+        return 2
+    if flumina and "logic" in args.ops and args.workload != "flumina:value_barrier":
+        print(f"error: the logic change is value_barrier's, got {args.workload}", file=sys.stderr)
         return 2
     if args.from_partitions == args.to_partitions:
         print(f"error: --from and --to must differ, got {args.from_partitions} both", file=sys.stderr)
@@ -147,6 +193,7 @@ def main(argv=None) -> int:
         spark.stop()
         shutil.rmtree(tmp, ignore_errors=True)
     meta = {"simulated": False, "spark": spark_version(), "argv": sys.argv[1:], "workload": args.workload,
+            "work": args.work,
             "master": args.master,
             "speedup": args.speedup, "trigger_s": args.trigger_s}
     path = write_run_results(args.out, "reconfigure", meta, runs)
@@ -155,7 +202,7 @@ def main(argv=None) -> int:
     print(f"{'rate':>6} {'change':12} {'state rows':>10} {'state MB':>8} {'change s':>8} {'repart s':>8} "
           f"{'downtime s':>10} {'spike s':>7}")
     for r in runs:
-        print(f"{r['rate']:6g} {r['change']:12} {r['state_rows']!s:>10} {r['state_bytes'] / 1e6:8.2f} "
+        print(f"{r['rate']:6g} {r['change']:12} {r.get('state_rows')!s:>10} {r['state_bytes'] / 1e6:8.2f} "
               f"{r['change_s']!s:>8} {r['repartition_s']!s:>8} {r['downtime_s']:10.2f} {r['latency_spike_s']:7.2f}")
     print(f"results: {path}")
     return 0

@@ -48,6 +48,8 @@ class StreamControls(Tunable):
         tumbling-window rule).
         """
         old = self._apply_target(target_s)
+        if old != float(target_s):
+            self._journal_admission_change("target_s", old, float(target_s))
         self.log_change("target_s", float(target_s), old=old)
 
     def _apply_target(self, target_s: float) -> float:
@@ -122,9 +124,28 @@ class StreamControls(Tunable):
             self._restart_query("policy", old.name, policy.name, policy=policy, gate=gate,
                                 trigger_s=policy.trigger_s)
             return
+        self._journal_admission_change("policy", old.name, policy.name)
         with self.loop.lock:
             self.policy, self.gate = policy, gate
             self.log_change("policy", policy.name, old=old.name)
+
+    def _journal_admission_change(self, param: str, old: Any, value: Any) -> None:
+        """Journal a change in force from the next admission (no restart): requested, prepared and
+        applied now, committed when the first batch that carries it in its record completed."""
+        journal = getattr(self, "journal", None)
+        if journal is None or self.query is None or self._stopped:
+            return
+        txn = journal.begin(param, old=old, value=value)
+        txn.step("prepared")
+        txn.step("applied")
+
+        def commit(record: dict) -> None:
+            if txn.state == "applied" and any(c.get("param") == param and c.get("value") == value
+                                              for c in record.get("changes") or ()):
+                self.remove_on_batch(commit)
+                txn.step("committed", batch_id=int(record["batch_id"]))
+
+        self.on_batch(commit)
 
     def restart(self) -> None:
         """Restart the query from its checkpoint at a batch boundary, changing nothing.

@@ -268,10 +268,11 @@ def test_reconfigure_changes_a_running_stream_from_another_process(spark, tmp_pa
     try:
         s.wait(batches=2, timeout=120)
         proc = kit("reconfigure", str(run), "--target", "3")
-        assert proc.returncode == 0 and "target_s -> 3.0: in force" in proc.stdout, (proc.stdout, proc.stderr)
+        assert proc.returncode == 0 and "target_s -> 3.0: in force, transaction 1 applied" in proc.stdout, (
+            proc.stdout, proc.stderr)
         assert s.target_s == pytest.approx(0.3)  # wall seconds at speedup 10
         proc = kit("reconfigure", str(run), "--restart")
-        assert proc.returncode == 0 and "restart -> True: in force, transaction 1 applied" in proc.stdout, proc.stdout
+        assert proc.returncode == 0 and "restart -> True: in force, transaction 2 applied" in proc.stdout, proc.stdout
         assert_user_error(kit("reconfigure", str(run), "--policy", "greedy"), "unknown policy 'greedy'", str(run))
         assert_user_error(kit("reconfigure", str(run), "--target", "3", "--restart"), "exactly one change")
         proc = kit("reconfigure", str(run), "--set", "inflection_point=65536")  # a declared control, by its key
@@ -285,5 +286,6 @@ def test_reconfigure_changes_a_running_stream_from_another_process(spark, tmp_pa
         assert s.is_active
     finally:
         s.stop()
-    assert [(t["op"], t["state"]) for t in Journal(run).transactions()] == [("restart", "committed")]
+    assert [(t["op"], t["state"]) for t in Journal(run).transactions()] == [("target_s", "committed"),
+                                                                           ("restart", "committed")]
     assert_user_error(kit("reconfigure", str(run), "--restart"), "no stream is running in")

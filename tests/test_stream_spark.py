@@ -182,6 +182,9 @@ def test_live_target_change_applies_at_the_next_admission(spark, tmp_path):
     assert (df[df["batch_id"] < cid]["target_s"].dropna() == 2.5).all()
     change = changed["changes"].iloc[0]  # named by what was set, in the units it was set in
     assert [(c["param"], c["old"], c["value"]) for c in change] == [("target_s", 10.0, 4.0)]
+    [txn] = Journal(run).transactions()  # journaled too: committed with the batch that carries it
+    assert (txn["op"], txn["old"], txn["value"], txn["state"], txn["batch_id"]) == ("target_s", 10.0, 4.0,
+                                                                                  "committed", cid)
 
 
 def test_tumbling_target_is_the_running_mean_of_past_max_latencies(spark, tmp_path):
@@ -270,6 +273,9 @@ def test_live_policy_switch(spark, tmp_path):
     switches = [c for cs in df["changes"].dropna() for c in cs if c.get("param") == "policy"]
     assert [(c["old"], c["value"], c.get("restart", False)) for c in switches] == [
         ("lmstream", "asap", False), ("asap", "fixed", True), ("fixed", "lmstream", True)]
+    assert [(t["op"], t["old"], t["value"], t["state"]) for t in Journal(run).transactions()] == [
+        ("policy", "lmstream", "asap", "committed"), ("policy", "asap", "fixed", "committed"),
+        ("policy", "fixed", "lmstream", "committed")]
     fixed = data[data["policy"] == "fixed"]
     assert (fixed["decision_reason"] == "fixed").all()
     assert s.controller is not None and s.controller.n_observed >= 1
