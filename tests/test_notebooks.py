@@ -14,6 +14,7 @@ harness with that cell's error.
 
 from __future__ import annotations
 
+import itertools
 import json
 import subprocess
 import sys
@@ -300,6 +301,13 @@ def check_live_reconfiguration(nb, run_dir: Path, summary: dict) -> None:
     titles = [str(out["data"].get(PLOTLY_MIME, {}).get("layout", {}).get("title", {}).get("text", ""))
               for out in plotly_outputs(nb)]
     assert "Batch latency with reconfigurations marked" in titles, titles
+    flumina = summary["flumina"]
+    assert [(t["op"], t["state"]) for t in flumina["transactions"]] == [
+        ("flumina_workers", "committed"), ("flumina_plan", "committed"), ("flumina_logic", "committed")], flumina
+    workers = [w for w, _ in itertools.groupby(flumina["workers"])]
+    assert workers == [2, 3, 2], workers  # rescaled up, then the moved tag's worker joined another
+    assert flumina["logic"][-1] == "doubled" and flumina["equal"] is True
+    assert text_of(nb).count("same query run, no restart: True") == 2  # the LR2S stream's, and Flumina's
 
 
 CHECKS = {
