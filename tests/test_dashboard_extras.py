@@ -261,3 +261,63 @@ def test_a_new_entry_adds_a_panel_and_a_failing_one_does_not_break_the_dashboard
 
 def test_extras_doctests():
     assert doctest.testmod(X).failed == 0
+
+
+# --------------------------------------------------------------------------- the reconfiguration panel
+
+
+def _journal(run, steps):
+    """Write journal transactions through the kit's own Journal: ``steps`` are ``(op, old, value, [(state, detail)])``."""
+    from lmstream_kit.journal import Journal
+
+    journal = Journal(run)
+    for op, old, value, path in steps:
+        txn = journal.begin(op, old=old, value=value)
+        for state, detail in path:
+            txn.step(state, **detail)
+    journal.close()
+
+
+@needs_widgets
+def test_replay_of_a_reconfigured_run_shows_the_journal_and_the_changes_on_the_latency_plot(tmp_path):
+    run = _run_dir(tmp_path, [_rec(b, flumina=False) for b in range(6)], with_plan=False)
+    _journal(run, [("restart", 0, 1, [("prepared", {}), ("applied", {}), ("committed", {"batch_id": 3})]),
+                   ("flumina_logic", "initial", "v2", [("prepared", {}), ("aborted", {"reason": "KeyError: total"})])])
+    with D.Dashboard(run) as dash:
+        assert list(dash.panels) == ["reconfig"]
+        panel = dash.panels["reconfig"]
+        assert dash.widget.children[-1] is panel.widget
+        table = panel.table.value
+        assert table.index("flumina_logic") < table.index("restart")  # newest first
+        assert "initial -&gt; v2" in table and "KeyError: total" in table and "2 in all" in table
+        fig = panel.figures["reconfig"]
+        assert [s.x0 for s in fig.layout.shapes] == [3]  # the committed one, at its batch
+        assert list(fig.data[1].hovertext) == ["restart: 0 -> 1, downtime 0.00 s"]
+        assert list(dash.snapshot()) == [*D.FIGURE_KEYS, "reconfig_reconfig"]
+        dash.controls["batch"].value = 2  # the slider limits the latency trace
+        assert list(dash.snapshot()["reconfig_reconfig"].data[0].x) == [0, 1, 2]
+
+
+@needs_widgets
+def test_live_the_reconfig_panel_appears_with_the_journal_and_follows_it(tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    fake = FakeStream(run)
+    dash = D.Dashboard(fake, throttle_s=60.0)
+    try:
+        fake.emit(_rec(0, flumina=False))
+        dash.refresh()
+        assert dash.panels == {}  # no change yet: no journal
+        _journal(run, [("target_s", 10.0, 4.0, [("prepared", {}), ("applied", {})])])
+        fake.emit(_rec(1, flumina=False))
+        dash.refresh()
+        panel = dash.panels["reconfig"]
+        assert "applied" in panel.table.value and "10.0 -&gt; 4.0" in panel.table.value
+        with open(run / "reconfig.jsonl", "a") as fh:  # the stream commits it with the next batch
+            fh.write(json.dumps({"txn": 1, "op": "target_s", "state": "committed", "batch_id": 2}) + "\n")
+        fake.emit(_rec(2, flumina=False))  # the panel redraws by itself after each batch
+        assert "committed" in panel.table.value
+        assert [s.x0 for s in panel.figures["reconfig"].layout.shapes] == [2]
+    finally:
+        dash.close()
+    assert fake.callbacks == []

@@ -18,7 +18,7 @@ module is imported only when its ``wanted`` or ``build`` runs, so that ``import 
 stays cheap.
 
 >>> [e.name for e in EXTRA_PANELS]
-['flumina', 'tuning']
+['flumina', 'tuning', 'reconfig']
 >>> flumina_wanted(".", [{"batch_id": 0, "flumina_passes": 2}]), flumina_wanted("/nowhere", [{"batch_id": 0}])
 (True, False)
 >>> tuning_wanted(".", [{"batch_id": 0, "operators": []}, {"batch_id": 1, "operators": [{"key": "j0.s0"}]}])
@@ -33,7 +33,7 @@ from typing import Any, NamedTuple
 
 import plotly.graph_objects as go
 
-__all__ = ["EXTRA_PANELS", "ExtraPanel", "flumina_wanted", "tuning_wanted"]
+__all__ = ["EXTRA_PANELS", "ExtraPanel", "flumina_wanted", "reconfig_wanted", "tuning_wanted"]
 
 
 class ExtraPanel(NamedTuple):
@@ -85,8 +85,30 @@ def _tuning_figures(run_dir: Path, records: Sequence[Mapping]) -> dict[str, go.F
     return tuner_figures(list(records))
 
 
+def reconfig_wanted(run_dir: Any, records: Sequence[Mapping]) -> bool:
+    """A run with live reconfigurations: its journal exists (written at the first change)."""
+    from lmstream_kit.journal import JOURNAL_FILE
+
+    return (Path(run_dir) / JOURNAL_FILE).is_file()
+
+
+def _reconfig_panel(source: Any) -> Any:
+    from .reconfig import ReconfigPanel
+
+    return ReconfigPanel(source)
+
+
+def _reconfig_figures(run_dir: Path, records: Sequence[Mapping]) -> dict[str, go.Figure]:
+    from lmstream_kit.plots.reconfig import reconfiguration_figure
+
+    from .reconfig import read_transactions
+
+    return {"reconfig": reconfiguration_figure(list(records), read_transactions(Path(run_dir)))}
+
+
 #: the panels a dashboard may add, in display order
 EXTRA_PANELS: tuple[ExtraPanel, ...] = (
     ExtraPanel("flumina", flumina_wanted, _flumina_panel, _flumina_figures),
     ExtraPanel("tuning", tuning_wanted, _tuning_panel, _tuning_figures),
+    ExtraPanel("reconfig", reconfig_wanted, _reconfig_panel, _reconfig_figures),
 )
