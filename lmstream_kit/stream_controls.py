@@ -196,6 +196,39 @@ class StreamControls(Tunable):
             txn.step("prepared")
         swap.request(function, name, txn)
 
+    def set_query(self, build_query, *, name: Optional[str] = None) -> None:
+        """Change the Spark query itself (``build_query(stream_df) -> DataFrame``): a restart from the
+        checkpoint at a batch boundary, refused before anything stops where Spark forbids it.
+
+        Spark restarts a query from its checkpoint only with the same stateful operators: the same
+        aggregations, joins and deduplications, in the same order, with the same key and state
+        types.  Projections and filters may change.  The new query's analyzed plan is compared with
+        the running one's first (:mod:`lmstream_kit.query_rules`; no job runs), and a change Spark
+        forbids (new aggregation keys, say) is refused in one line naming it, journaled as aborted;
+        the stream runs on.  The window and the latency bound stay as they are (change the bound
+        with :meth:`set_target`); the new query's window slide cannot be changed live.
+        """
+        if not callable(build_query):
+            raise ConfigError(f"a query must be a function stream_df -> DataFrame, got {build_query!r}")
+        if self.placement.strategy.fixed_window:
+            raise ConfigError("the twin executor runs the query itself: cannot change the query in twin mode")
+        if self.query is None or self._stopped:
+            raise ConfigError("cannot change the query: the stream is not running (give the workload its query "
+                              "before it starts)")
+        name = str(name or getattr(build_query, "__name__", None) or "query")
+        old = getattr(self, "_query_name", "initial")
+        new_workload = dataclasses.replace(self.workload, build_query=build_query, query_for_slide=None)
+        try:
+            reason = self.engine.query_change_refused(self.workload, new_workload)
+        except ConfigError as exc:
+            reason = str(exc)
+        if reason is not None:
+            if self.journal is not None:
+                self.journal.begin("query", old=old, value=name).abort(reason)
+            raise ConfigError(f"query {name!r} refused: {reason}")
+        self._restart_query("query", old, name, workload=new_workload)
+        self._query_name = name
+
     #: what ``lmstream-kit reconfigure`` (the channel's ``reconfigure`` request) may change, besides
     #: every declared control by its key (``inflection_point``, ``flumina.workers``, ...)
     RECONFIGURE_OPS = ("slide_s", "target_s", "policy", "rate_scale", "state_partitions", "restart")

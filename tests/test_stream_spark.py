@@ -279,3 +279,59 @@ def test_live_policy_switch(spark, tmp_path):
     fixed = data[data["policy"] == "fixed"]
     assert (fixed["decision_reason"] == "fixed").all()
     assert s.controller is not None and s.controller.n_observed >= 1
+
+
+def _lr2s_like(*, having=40.0, keys=("highway", "direction", "segment"), agg="avg"):
+    """LR2S's query with its filter, keys or aggregate changed (for set_query)."""
+
+    def build_query(stream):
+        from pyspark.sql import functions as F
+
+        from lmstream_kit.workloads.base import time_window, with_event_time
+
+        reports = with_event_time(stream, "time", 5)
+        speed = getattr(F, agg)("speed").alias("avgSpeed")
+        grouped = reports.groupBy(time_window(30, 10), *keys).agg(speed, F.count("*").alias("reports"))
+        return grouped.where(F.col("avgSpeed") < having).select(
+            F.col("window.end").alias("timestamp"), *keys, "avgSpeed", "reports")
+
+    return build_query
+
+
+def test_set_query_restarts_with_an_allowed_change_and_refuses_what_spark_forbids(spark, tmp_path):
+    run = tmp_path / "query"
+    s = LiveStream("LR2S", policy="lmstream", traffic="constant", rate=500, speedup=10, duration_s=120,
+                   run_dir=run, spark=spark).start()
+    try:
+        s.wait(batches=3, timeout=120)
+        with pytest.raises(ConfigError, match=r"^query 'by_lane' refused: the grouping keys of the aggregate change "
+                                              r"from \(window, highway, direction, segment\) to \(window, highway, "
+                                              r"direction, segment, lane\): Spark keeps its state by the old keys$"):
+            s.set_query(_lr2s_like(keys=("highway", "direction", "segment", "lane")), name="by_lane")
+        with pytest.raises(ConfigError, match=r"^query 'max_speed' refused: the aggregate keeps other state: "
+                                              r"\(avg\(double,bigint\), count\(bigint\)\) -> \(max\(int\), "):
+            s.set_query(_lr2s_like(agg="max"), name="max_speed")
+        with pytest.raises(ConfigError, match="query 'typo' refused: the query of LR2S does not build on its input "
+                                              "schema: AnalysisException"):
+            s.set_query(_lr2s_like(keys=("highway", "no_such_column")), name="typo")
+        assert s.is_active
+        s.set_query(_lr2s_like(having=30.0), name="slower_than_30")  # a filter: allowed, a restart
+        n = len([r for r in s.records if r["rows"] > 0])
+        s.wait(until=lambda st: st.feed_finished() and len([r for r in st.records if r["rows"] > 0]) >= n + 2,
+               timeout=180)
+    finally:
+        s.stop()
+    txns = Journal(run).transactions()
+    assert [(t["op"], t["value"], t["state"]) for t in txns] == [
+        ("query", "by_lane", "aborted"), ("query", "max_speed", "aborted"), ("query", "typo", "aborted"),
+        ("query", "slower_than_30", "committed")]
+    assert txns[0]["reason"].startswith("the grouping keys of the aggregate change")
+    # every dataset once across the restart, and windows closed after it pass the new filter
+    df = load_metrics(run)
+    data = df[df["rows"] > 0].sort_values("batch_id")
+    assert list(data["start_seq"].iloc[1:]) == list(data["end_seq"].iloc[:-1])
+    assert int(data["rows"].sum()) == Spool(run / "spool", create=False).total_rows()
+    late = [pq.read_table(f) for f in sorted((run / "output").glob("part-*.parquet"))
+            if int(f.stem.split("-")[1]) >= txns[3]["batch_id"]]
+    speeds = [v for t in late for v in t.column("avgSpeed").to_pylist()]
+    assert speeds and max(speeds) < 30.0

@@ -228,6 +228,17 @@ class SparkEngine:
                 logger.disabled = disabled
         return None
 
+    def query_change_refused(self, old_workload, new_workload) -> str | None:
+        """Why Spark would refuse to restart ``old_workload``'s query as ``new_workload``'s from its
+        checkpoint (its stateful operators differ: :func:`lmstream_kit.query_rules.forbidden_change`),
+        None where it allows it.  Reads both queries' analyzed plans; no job runs.  A new query that
+        does not build raises ConfigError."""
+        from ..query_rules import forbidden_change
+        from .query_change import stateful_operators
+
+        return forbidden_change(stateful_operators(self.spark, old_workload),
+                                stateful_operators(self.spark, new_workload))
+
     def task_function_unsupported(self, function: Callable) -> str | None:
         """Why Spark's tasks cannot load ``function`` (one line), None where they can.
 
