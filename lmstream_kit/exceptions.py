@@ -53,3 +53,20 @@ def one_line(error: "BaseException | str") -> str:
     """
     text = str(error).strip()
     return text.splitlines()[0] if text else type(error).__name__
+
+
+def error_line(error: BaseException) -> str:
+    """The Python error a remote task raised (the last ``XxxError: ...`` line of the message, as
+    Spark passes a worker's traceback on), else ``Type: first line``.
+
+    >>> error_line(RuntimeError("An exception was thrown from the Python worker.\\nTraceback ...\\n"
+    ...                         "  File 'x.py', line 3\\nValueError: no conversion for speed -3\\n"))
+    'ValueError: no conversion for speed -3'
+    >>> error_line(KeyError("total"))
+    "KeyError: 'total'"
+    """
+    lines = [ln.strip() for ln in str(error).splitlines() if ln.strip()]
+    for ln in reversed(lines):
+        if ln.split(":", 1)[0].endswith(("Error", "Exception")) and not ln.startswith(("org.", "java.")):
+            return ln
+    return f"{type(error).__name__}: {one_line(error)}"

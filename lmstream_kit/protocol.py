@@ -353,6 +353,9 @@ class BatchController(Tunable):
     ``after_batch(record)``
         the batch completed and its record is computed: learn from it, and return
         fields to add to the record (or None) before it is written;
+    ``on_batch_failed(ctx, error)``
+        the batch failed: undo a change made at its start and return True, and the run loop
+        runs it again once (a new logic that fails on data goes back to the old one);
     ``plugged(host)``
         it was plugged into ``host`` (a :class:`StreamHost`: a LiveStream, an attached query),
         which says what it can change for the controller; raise ConfigError to refuse the host;
@@ -379,6 +382,11 @@ class BatchController(Tunable):
 
     def plugged(self, host: "StreamHost") -> None:
         return None
+
+    def on_batch_failed(self, ctx: BatchContext, error: BaseException) -> bool:
+        """The batch failed with ``error``: return True where this controller undid a change that
+        batch ran under, so that the run loop runs the batch once more, as before the change."""
+        return False
 
     def in_force(self) -> Mapping[str, Any]:
         """What this controller has in force, by journal op: how a restart after a crash ends the

@@ -204,7 +204,14 @@ class RunLoop:
             fields: dict[str, Any] = {}
             for controller in controllers:
                 fields.update(controller.before_batch(ctx) or {})
-            out_rows, run_fields = self.placement.run_batch(ctx, settings.output_dir)
+            try:
+                out_rows, run_fields = self.placement.run_batch(ctx, settings.output_dir)
+            except Exception as exc:
+                # a controller that undoes the change the batch failed under lets it run again, once
+                undone = [c for c in controllers if getattr(c, "on_batch_failed", lambda *_: False)(ctx, exc)]
+                if not undone:
+                    raise
+                out_rows, run_fields = self.placement.run_batch(ctx, settings.output_dir)
             fields.update(run_fields)
         except BaseException as exc:
             with self.lock:

@@ -9,7 +9,9 @@ force and a pending one, and hands the pending one over at the start of the next
 last batch's result first (Spark's analysis, no job), and refuses one that does not fit, in one
 line, with the stream running on under the old one.  The swap is a journal transaction: requested
 and prepared (checked) when asked, applied at the batch it starts with, committed when that batch
-completed.
+completed.  A function that passes the check but fails on the data of its first batch (a UDF
+that raises) is undone: the batch runs again under the old function, and the swap is aborted
+with the error.
 
 >>> swap = BatchFunction()
 >>> swap.finish([1, 2])                     # no function yet: the batch as the query made it
@@ -27,6 +29,7 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from .exceptions import error_line
 from .protocol import BATCH, BatchContext, BatchController
 
 __all__ = ["BatchFunction"]
@@ -52,6 +55,7 @@ class BatchFunction(BatchController):
         self.name = "none"
         self._pending: tuple[Callable[[Any], Any], str, Any] | None = None
         self._applied: tuple[int, Any] | None = None  # (batch id, transaction) awaiting its batch's end
+        self._previous: tuple[Callable[[Any], Any] | None, str] = (None, "none")  # what a failed swap goes back to
         self._lock = threading.Lock()
 
     def request(self, function: Callable[[Any], Any], name: str, txn: Any = None) -> None:
@@ -72,11 +76,27 @@ class BatchFunction(BatchController):
         with self._lock:
             pending, self._pending = self._pending, None
             if pending is not None:
+                self._previous = (self.function, self.name)
                 self.function, self.name, txn = pending
                 if txn is not None:
                     txn.step("applied", batch_id=int(ctx.batch_id))
                     self._applied = (int(ctx.batch_id), txn)
         return None
+
+    def on_batch_failed(self, ctx: BatchContext, error: BaseException) -> bool:
+        """The first batch under a new function failed (a UDF that raises on data, say): the old
+        function comes back, the swap is aborted with the error, and the batch runs again under it."""
+        with self._lock:
+            if self._applied is None or self._applied[0] != int(ctx.batch_id):
+                return False
+            (_, txn), self._applied = self._applied, None
+            failed, (self.function, self.name) = self.name, self._previous
+        reason = (f"batch function {failed!r} failed on batch {ctx.batch_id}, which ran again under "
+                  f"{self.name!r}: {error_line(error)}")
+        if txn is not None:
+            txn.abort(reason, batch_id=int(ctx.batch_id))
+        self.log_change("function", self.name, aborted=reason, requested=failed)
+        return True
 
     def after_batch(self, record: Any) -> Mapping[str, Any] | None:
         with self._lock:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pyarrow.parquet as pq
 import pytest
 
@@ -50,3 +52,34 @@ def test_a_batch_function_is_swapped_at_a_batch_boundary_without_a_restart(spark
     assert [(t["op"], t["value"], t["state"]) for t in txns] == [
         ("batch_function", "tag-v2", "committed"), ("batch_function", "broken", "aborted")]
     assert txns[0]["batch_id"] == first and "no_such_column" in txns[1]["reason"]
+
+
+def test_a_batch_function_that_fails_on_data_is_undone_and_the_batch_runs_under_the_old_one(spark, tmp_path):
+    from pyspark.sql import functions as F
+
+    @F.udf("double")
+    def kmh(speed):  # fails on the data, not in Spark's analysis
+        raise ValueError(f"no conversion for speed {speed}")
+
+    run = tmp_path / "undo"
+    s = LiveStream("PASSTHROUGH", policy="lmstream", traffic="constant", rate=400, speedup=10, duration_s=40,
+                   run_dir=run, spark=spark).start()
+    try:
+        s.wait(batches=2, timeout=120)
+        s.set_batch_function(tagged, name="tag-v2")
+        n = len([r for r in s.records if r["rows"] > 0])
+        s.wait(batches=n + 2, timeout=120)
+        s.set_batch_function(lambda df: df.withColumn("kmh", kmh("speed")), name="kmh")  # passes the check
+        s.wait(until=lambda st: st.feed_finished(), timeout=120)
+        assert s.is_active
+    finally:
+        s.stop()
+    txns = Journal(run).transactions()
+    assert [(t["value"], t["state"]) for t in txns] == [("tag-v2", "committed"), ("kmh", "aborted")]
+    assert txns[1]["reason"].startswith(f"batch function 'kmh' failed on batch {txns[1]['batch_id']}, which ran "
+                                        "again under 'tag-v2': ") and "no conversion for speed" in txns[1]["reason"]
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert {r.get("batch_function") for r in records if r["batch_id"] >= txns[1]["batch_id"]} == {"tag-v2"}
+    out = sum(pq.read_table(run / "output" / f"part-{r['batch_id']:08d}.parquet").num_rows
+              for r in records if r["rows"] > 0)
+    assert out == Spool(run / "spool", create=False).read_table().num_rows  # the failed batch, once

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from functools import lru_cache
 from typing import Any
 
-from ..exceptions import ConfigError, EngineError, one_line
+from ..exceptions import ConfigError, EngineError, error_line, one_line
 
 __all__ = ["events_frame", "partition_keys", "spark_sequential", "spark_workers", "worker_frame"]
 
@@ -150,12 +150,8 @@ def spark_workers(batch_df, *, seq: str | None = "seq", codec=None, cache: bool 
 
 def _task_error(exc: BaseException) -> str:
     """The Python error a task raised (its last line), else the exception's first line."""
-    text = str(exc)
-    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
-    for ln in reversed(lines):
-        if ln.split(":", 1)[0].endswith(("Error", "Exception")) and not ln.startswith(("org.", "java.")):
-            return ln
-    return one_line(exc)
+    text = error_line(exc)
+    return text if not text.startswith(f"{type(exc).__name__}: ") else one_line(exc)
 
 
 def spark_sequential(batch_df, spec, *, state: Any = None, idiom: str = "coalesce", seq: str | None = "seq",

@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from ..exceptions import ConfigError
+from ..exceptions import ConfigError, error_line
 from .plan import Plan, user_plan
 from .run import fork_states, join_states
 from .spec import Event, Spec
@@ -101,7 +101,7 @@ class BatchRunner:
             failed = self.logic
             self.spec, self.plan, self.logic, self._states, self._before = self._undo
             self._undo = self._pre_swap = None
-            self.swap_failed = (batch_id, failed, f"{type(exc).__name__}: {exc}".splitlines()[0])
+            self.swap_failed = (batch_id, failed, error_line(exc))
             return self.run(batch_id, events, map_workers=map_workers)
         here = (dict(start), self.logic, self.plan.to_dict())
         if replay:
