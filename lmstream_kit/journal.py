@@ -109,6 +109,17 @@ class Journal:
             row[f"{e['state']}_at"] = e.get("at")
         return list(out.values())
 
+    def committed(self) -> dict[str, dict]:
+        """The last committed transaction of each op, ``{op: transaction}``, in the order they committed
+        (what a run restored from the journal takes: :meth:`LiveStream.start` with ``restore_config``)."""
+        done = [t for t in self.transactions() if t["state"] == "committed"]
+        done.sort(key=lambda t: t.get("committed_at") or 0.0)
+        last: dict[str, dict] = {}
+        for t in done:
+            last.pop(t["op"], None)  # re-inserted: the dict keeps the order of the last commits
+            last[t["op"]] = t
+        return last
+
     def open(self) -> list[dict]:
         """The transactions that neither committed nor aborted (after a crash: the ones to resolve)."""
         return [t for t in self.transactions() if t["state"] not in ("committed", "aborted")]

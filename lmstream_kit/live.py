@@ -110,6 +110,12 @@ class LiveStream(StreamControls):
     state_partitions : int, optional
         The state-store (shuffle) partitions of the query's first start (default:
         the session's ``spark.sql.shuffle.partitions``); the checkpoint keeps them.
+    restore_config : bool
+        When the run directory has a journal (a run of it reconfigured live before),
+        start with the last committed policy, window slide, latency target and Flumina
+        workers instead of the ones given here (``run.json``'s ``restored_config`` says
+        what was taken).  Default: the configuration given here; the journal says which
+        of its changes the restart dropped.
 
     Examples
     --------
@@ -149,8 +155,10 @@ class LiveStream(StreamControls):
         controllers: tuple = (),
         state_store: str = "default",
         state_partitions: Optional[int] = None,
+        restore_config: bool = False,
     ) -> None:
         super().__init__()
+        self._restore = bool(restore_config)
         self._query_confs = state_store_confs(state_store, state_partitions)
         config = StreamConfig.build(
             workload, policy=policy, traffic=traffic, rate=rate, spread=spread, speedup=speedup, seed=seed,
@@ -324,6 +332,7 @@ class LiveStream(StreamControls):
             self.placement.strategy.start(self.run_dir, committed)
             # after a crash: end the journal's open transactions with the configuration now in force
             self._resolve_open_transactions(rolled_back=rolled_back)
+            restored = self._restore_config() if self._restore else None
             self.engine.listen(self._progress_writer.append)
             self._resumed = resume is not None
             self.started_at = time.time()
@@ -332,6 +341,7 @@ class LiveStream(StreamControls):
                 channel=f"127.0.0.1:{self._channel.port}",  # lmstream-kit reconfigure reaches the stream here
                 spark_version=self.engine.spark_version(),
                 resumed_from_seq=resume,
+                **({"restored_config": restored} if restored is not None else {}),
                 **self.placement.mode.to_dict(),
                 mapper=self.mapper.snapshot(),
                 optimizer=self.optimizer is not None,

@@ -258,6 +258,36 @@ class StreamControls(Tunable):
             now[op] = next((c.value for c in self.controls() if c.key == op), None)
         return {"op": op, "value": value, "now": now, "transaction": txns[-1] if len(txns) > before else None}
 
+    #: journal ops a restarted run can take back from the journal (``restore_config``), and how
+    _RESTORABLE = ("policy", "window_slide_s", "target_s", "flumina_workers")
+
+    def _restore_config(self) -> dict:
+        """Before the query starts: take the last committed policy, window slide, latency target and
+        Flumina workers from the journal, in the order they committed; ``{op: value}`` restored, or
+        ``"not restored: <why>"``."""
+        restored: dict = {}
+        for op, t in self.journal.committed().items():
+            if op not in self._RESTORABLE:
+                continue
+            value = t.get("value")
+            try:
+                if op == "policy":
+                    self.set_policy(value, trigger_s=t.get("trigger_s") if value == "fixed" else None)
+                elif op == "window_slide_s":
+                    self.set_slide(value)
+                elif op == "target_s":
+                    self.set_target(value)
+                else:  # a plugged controller's parameter: the control of that key
+                    key = op.replace("_", ".", 1)
+                    control = next((c for c in self.controls() if c.key == key), None)
+                    if control is None:
+                        raise ConfigError(f"the stream has no control {key}")
+                    control.setter(value)
+                restored[op] = value
+            except ConfigError as exc:
+                restored[op] = f"not restored: {exc}"
+        return restored
+
     def state_partitions(self) -> Optional[int]:
         """How many partitions the query keeps its state in (from its checkpoint); None without state."""
         return self.engine.state_partitions(self.run_dir / "checkpoint")

@@ -67,3 +67,21 @@ def test_a_state_repartition_left_open_is_decided_by_the_checkpoint():
     assert recovery_plan(txn, state_partitions=4, rolled_back=None)[1][0] == "committed"
     assert recovery_plan(txn, state_partitions=2, rolled_back={"batch": 7, "kept": 2})[1][1].startswith(
         "the run stopped during the repartition into 4 partitions: batch 7 rolled back")
+
+
+def test_committed_gives_the_last_committed_value_of_each_op_in_commit_order(tmp_path):
+    import time
+
+    j = Journal(tmp_path)
+    for op, value, end in [("policy", "asap", "committed"), ("window_slide_s", 5.0, "committed"),
+                           ("target_s", 3.0, "aborted"), ("policy", "lmstream", "committed")]:
+        txn = j.begin(op, old=None, value=value)
+        txn.step("prepared")
+        if end == "aborted":
+            txn.abort("stopped")
+        else:
+            txn.step("applied")
+            txn.step("committed", batch_id=1)
+        time.sleep(0.01)
+    last = j.committed()
+    assert [(op, t["value"]) for op, t in last.items()] == [("window_slide_s", 5.0), ("policy", "lmstream")]

@@ -335,3 +335,32 @@ def test_set_query_restarts_with_an_allowed_change_and_refuses_what_spark_forbid
             if int(f.stem.split("-")[1]) >= txns[3]["batch_id"]]
     speeds = [v for t in late for v in t.column("avgSpeed").to_pylist()]
     assert speeds and max(speeds) < 30.0
+
+
+def test_a_restart_can_take_the_configuration_the_journal_last_committed(spark, tmp_path):
+    run = tmp_path / "restore"
+    kw = dict(policy="lmstream", traffic="constant", rate=400, speedup=10, run_dir=run, spark=spark)
+    s = LiveStream("LR2S", duration_s=60, **kw).start()
+    try:
+        s.wait(batches=2, timeout=120)
+        s.set_slide(5.0)
+        s.set_target(3.0)
+        n = len([r for r in s.records if r["rows"] > 0])
+        s.wait(batches=n + 2, timeout=120)
+    finally:
+        s.stop(drain=False)
+    assert [(t["op"], t["state"]) for t in Journal(run).transactions()] == [("window_slide_s", "committed"),
+                                                                           ("target_s", "committed")]
+    again = LiveStream("LR2S", duration_s=20, restore_config=True, **kw).start()
+    try:
+        assert (again.slide_s, again.workload.slide_s) == (5.0, 5.0)
+        assert again.controller.slide_s * again.speedup == pytest.approx(3.0)  # the target, simulated s
+        again.wait(batches=1, timeout=120)
+    finally:
+        again.stop(drain=False)
+    assert read_run_info(run)["restored_config"] == {"window_slide_s": 5.0, "target_s": 3.0}
+    plain = LiveStream("LR2S", duration_s=20, **kw).start()  # by default: the configuration given
+    try:
+        assert plain.slide_s == 10
+    finally:
+        plain.stop(drain=False)
