@@ -11,9 +11,13 @@ moment, often while a reconfiguration is under way, the run's whole process grou
 Python and Spark's JVM) gets SIGKILL.  The last run feeds ``--last`` simulated seconds, then drains
 everything spooled (what the killed runs left pending too) and stops by itself.
 
+With ``--workload LR2S`` (a stateful query over a sliding window) the window slide changes too, a
+restart from the checkpoint with a new window.
+
 Then it checks what the reconfiguration issue asks:
 
-* **no row lost or duplicated**: the output's rows equal the spool's rows, once each;
+* **no row lost or duplicated**: every spooled dataset went into exactly one batch (the batches'
+  spans tile the spool); for PASSTHROUGH also the output's rows equal the spool's rows, once each;
 * **the journal is consistent**: every transaction ended committed or aborted; its steps went in
   order (requested, prepared, applied, committed; aborted after any but committed); one a crash left
   open was ended by the next start (``recovered``);
@@ -52,7 +56,7 @@ _NEXT = {None: {"requested"}, "requested": {"prepared", "aborted"}, "prepared": 
 
 def start_run(run: Path, args, policy: str, log, duration: float) -> subprocess.Popen:
     """``lmstream-kit run --workload PASSTHROUGH`` on ``run`` in a new process group (its JVM goes with it)."""
-    cmd = [*KIT, "run", "--workload", "PASSTHROUGH", "--policy", policy, "--traffic", "random", "--rate", str(args.rate),
+    cmd = [*KIT, "run", "--workload", args.workload, "--policy", policy, "--traffic", "random", "--rate", str(args.rate),
            "--speedup", str(args.speedup), "--seed", str(args.seed), "--out", str(run), "--output", "parquet",
            "--duration", f"{duration:g}"]
     return subprocess.Popen(cmd, stdout=log, stderr=log, start_new_session=True)
@@ -85,10 +89,13 @@ def wait_up(proc: subprocess.Popen, run: Path, old_channel: str | None, old_batc
     raise RuntimeError(f"the run was not up within {timeout:g} s")
 
 
-def reconfigure(run: Path, rng: random.Random) -> tuple[list[str], subprocess.Popen]:
-    """Start one random ``lmstream-kit reconfigure`` on ``run`` (not waited for)."""
-    op = rng.choice(["target", "policy", "policy", "restart", "rate"])
-    if op == "target":
+def reconfigure(run: Path, rng: random.Random, windowed: bool) -> tuple[list[str], subprocess.Popen]:
+    """Start one random ``lmstream-kit reconfigure`` on ``run`` (not waited for); a ``windowed``
+    workload's window slide changes too (a restart from the checkpoint)."""
+    op = rng.choice(["target", "policy", "policy", "restart", "rate", *(["slide", "slide"] if windowed else [])])
+    if op == "slide":
+        change = ["--slide", f"{rng.choice([5, 10, 15]):g}"]
+    elif op == "target":
         change = ["--target", f"{rng.choice([2, 4, 6, 10]):g}"]
     elif op == "policy":
         change = ["--policy", rng.choice(["lmstream", "asap", "fixed"])]
@@ -118,6 +125,34 @@ def journal_problems(run: Path) -> list[str]:
 
 def rows(table) -> Counter:
     return Counter(zip(*(table.column(c).to_pylist() for c in table.column_names)))
+
+
+def span_problems(run: Path) -> list[str]:
+    """Whether every spooled dataset went into exactly one batch: the data batches' spans (the last
+    record of each batch id: a batch replayed after a kill has the same id and span) tile the spool."""
+    from lmstream_kit.feed.spool import Spool
+
+    last: dict[int, dict] = {}
+    problems = []
+    for line in (run / "metrics.jsonl").read_text().splitlines():
+        if not line.strip():
+            continue
+        r = json.loads(line)
+        b = int(r["batch_id"])
+        if b in last and last[b].get("rows") and r.get("rows") and \
+                (last[b]["start_seq"], last[b]["end_seq"]) != (r["start_seq"], r["end_seq"]):
+            problems.append(f"batch {b} ran twice with different spans")
+        last[b] = r
+    data = sorted((r for r in last.values() if r.get("rows")), key=lambda r: r["batch_id"])
+    gaps = [(a["batch_id"], b["batch_id"]) for a, b in zip(data, data[1:]) if a["end_seq"] != b["start_seq"]]
+    problems += [f"batches {a} and {b} do not meet: datasets lost or read twice" for a, b in gaps]
+    spool = Spool(run / "spool", create=False)
+    if data and (data[0]["start_seq"] != 0 or data[-1]["end_seq"] != spool.end_seq):
+        problems.append(f"the batches cover datasets {data[0]['start_seq']}..{data[-1]['end_seq']}, the spool "
+                        f"0..{spool.end_seq}")
+    if sum(int(r["rows"]) for r in data) != spool.total_rows():
+        problems.append(f"the batches hold {sum(int(r['rows']) for r in data)} rows, the spool {spool.total_rows()}")
+    return problems
 
 
 def row_problems(run: Path) -> tuple[list[str], int]:
@@ -150,6 +185,8 @@ def policy_of_record(run: Path, index: int) -> str | None:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--kills", type=int, default=10, help="kill -9s of the driver (then one clean stop)")
+    ap.add_argument("--workload", default="PASSTHROUGH", help="PASSTHROUGH (its output rows are checked one by one) "
+                    "or a stateful one with a sliding window, e.g. LR2S (its window slide changes too)")
     ap.add_argument("--per-run", type=int, default=3, help="most reconfigurations asked of each run")
     ap.add_argument("--rate", type=float, default=400.0, help="rows per simulated second")
     ap.add_argument("--speedup", type=float, default=10.0)
@@ -180,7 +217,7 @@ def main(argv=None) -> int:
             first_policy = policy_of_record(run, before_batches)  # the run's first batch
             asked = []
             for k in range(rng.randint(1, args.per_run)):
-                change, rp = reconfigure(run, rng)
+                change, rp = reconfigure(run, rng, windowed=args.workload != "PASSTHROUGH")
                 last = k == args.per_run - 1 or rng.random() < 0.4
                 if i < args.kills and last:  # kill while this one is under way
                     time.sleep(rng.uniform(0.0, 2.0))
@@ -204,11 +241,16 @@ def main(argv=None) -> int:
             print(f"run {i + 1}/{args.kills + 1} ({policy}): {len(asked)} change(s), {ended}", flush=True)
             runs.append({"run": i + 1, "policy": policy, "first_batch_policy": first_policy, "ended": ended,
                          "batches": batches(run) - before_batches, "changes": json.dumps(asked)})
-        problems = journal_problems(run)
+        problems = journal_problems(run) + span_problems(run)
         problems += [f"run {r['run']} was started with {r['policy']} but its first batch ran under "
                      f"{r['first_batch_policy']}" for r in runs if r["first_batch_policy"] != r["policy"]]
-        lost, fed_rows = row_problems(run)
-        problems += lost
+        if args.workload == "PASSTHROUGH":  # its output is its input: every row once
+            lost, fed_rows = row_problems(run)
+            problems += lost
+        else:
+            from lmstream_kit.feed.spool import Spool
+
+            fed_rows = Spool(run / "spool", create=False).total_rows()
         if not runs[-1]["ended"].endswith("(exit 0)"):
             problems.append(f"the last run did not stop cleanly: {runs[-1]['ended']}")
         txns = {}
@@ -217,13 +259,13 @@ def main(argv=None) -> int:
             txns.setdefault(int(e["txn"]), []).append(e)
         ends = Counter(("recovered " if steps[-1].get("recovered") else "") + steps[-1]["state"]
                        for steps in txns.values())
-        meta = {"benchmark": "chaos-reconfigure", "kills": args.kills, "seed": args.seed, "rate": args.rate,
+        meta = {"benchmark": "chaos-reconfigure", "workload": args.workload, "kills": args.kills, "seed": args.seed, "rate": args.rate,
                 "speedup": args.speedup, "wall_s": round(time.time() - t_start, 1), "spool_rows": fed_rows,
                 "transactions": len(txns), "transaction_ends": dict(ends), "problems": problems,
                 "verdict": "pass" if not problems else "FAIL"}
         path = write_run_results(args.out, "chaos-reconfigure", meta, runs)
         print(f"{fed_rows} rows, {len(txns)} reconfigurations ({dict(ends)}), {args.kills} kill -9: "
-              f"{'every row once, journal consistent' if not problems else '; '.join(problems)}")
+              f"{(('every row once' if args.workload == 'PASSTHROUGH' else 'every dataset in one batch') + ', journal consistent') if not problems else '; '.join(problems)}")
         print(f"results: {path}")
         return 0 if not problems else 1
     finally:

@@ -26,8 +26,10 @@ With ``--workload flumina:EXAMPLE`` (a Flumina program, whose state the kit keep
 Per change it writes: the state's rows (Spark's ``numRowsTotal``) and bytes on disk, the whole
 change's seconds where the query restarts (admission held, the admitted batches committed, stop,
 [repartition,] start), Spark's repartition alone, the *downtime* (the gap between the completions
-of the batch before and the batch after the change, less the trigger interval), and the *latency
-spike* (the largest batch latency of the next five batches, less the median before the change).
+of the batch before and the batch after the change, less the trigger interval), the *latency
+spike* (the largest batch latency of the next five batches, less the median before the change),
+and the *rows processed during the change* (by the batches that completed from the request to the
+first batch under it, that one included).
 Every number is **measured** on the machine named in the file (``reconfigure-<host>-<date>.json``
 and ``.csv``).
 """
@@ -58,11 +60,16 @@ def change_costs(records: list[dict], param: str, trigger_s: float) -> dict:
 
     data = [r for r in records if r.get("rows")]
     at = next(i for i, r in enumerate(data) if any(c.get("param") == param for c in r.get("changes") or []))
+    change = next(c for c in data[at]["changes"] if c.get("param") == param)
     before, after = data[:at], data[at:at + 5]
     steady = statistics.median(r["max_latency_s"] for r in before[-5:])
+    # from the request (a restart-based change is logged when the query runs again) to the first
+    # batch under the change: the rows the stream processed while it changed
+    asked = float(change.get("at", 0.0)) - float(change.get("restart_s") or 0.0)
+    during = sum(int(r["rows"]) for r in data if asked <= r["completed_at"] <= data[at]["completed_at"])
     return {"downtime_s": round(downtime_s(records, data[at]["batch_id"], usual_s=trigger_s), 3),
             "latency_spike_s": round(max(r["max_latency_s"] for r in after) - steady, 3),
-            "steady_latency_s": round(steady, 3)}
+            "steady_latency_s": round(steady, 3), "rows_during_change": during}
 
 
 def _doubled(total, event):
@@ -200,10 +207,11 @@ def main(argv=None) -> int:
     host = json.loads(path.read_text())["meta"]["machine"]["host"]
     print(f"\nMEASURED on {host} ({args.master}), Spark {spark_version()}, {args.workload}")
     print(f"{'rate':>6} {'change':12} {'state rows':>10} {'state MB':>8} {'change s':>8} {'repart s':>8} "
-          f"{'downtime s':>10} {'spike s':>7}")
+          f"{'downtime s':>10} {'spike s':>7} {'rows during':>11}")
     for r in runs:
         print(f"{r['rate']:6g} {r['change']:12} {r.get('state_rows')!s:>10} {r['state_bytes'] / 1e6:8.2f} "
-              f"{r['change_s']!s:>8} {r['repartition_s']!s:>8} {r['downtime_s']:10.2f} {r['latency_spike_s']:7.2f}")
+              f"{r['change_s']!s:>8} {r['repartition_s']!s:>8} {r['downtime_s']:10.2f} {r['latency_spike_s']:7.2f} "
+              f"{r['rows_during_change']:>11}")
     print(f"results: {path}")
     return 0
 
