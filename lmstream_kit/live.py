@@ -452,7 +452,7 @@ class LiveStream(StreamControls):
                 self._start_query()
                 if aborted is None:
                     txn.step("applied")
-                    self._commit_on_next_batch(txn, after=last_batch)
+                    self._commit_when(txn, lambda r: int(r.get("batch_id", -1)) > last_batch)
                 with self.loop.lock:  # admission is still held: the next admitted batch carries it
                     if aborted is None:
                         self.log_change(param, value, old=old, **detail, restart=True,
@@ -483,11 +483,11 @@ class LiveStream(StreamControls):
             if aborted is not None:
                 raise aborted
 
-    def _commit_on_next_batch(self, txn, *, after: int) -> None:
-        """Commit ``txn`` in the journal when the first batch after ``after`` completed (its record is written)."""
+    def _commit_when(self, txn, done: Callable[[dict], bool]) -> None:
+        """Commit ``txn`` in the journal with the first completed batch whose record makes ``done`` true."""
 
         def commit(record: dict) -> None:
-            if int(record.get("batch_id", -1)) > after and txn.state == "applied":
+            if txn.state == "applied" and done(record):
                 self.remove_on_batch(commit)
                 txn.step("committed", batch_id=int(record["batch_id"]))
 

@@ -138,14 +138,8 @@ class StreamControls(Tunable):
         txn = journal.begin(param, old=old, value=value)
         txn.step("prepared")
         txn.step("applied")
-
-        def commit(record: dict) -> None:
-            if txn.state == "applied" and any(c.get("param") == param and c.get("value") == value
-                                              for c in record.get("changes") or ()):
-                self.remove_on_batch(commit)
-                txn.step("committed", batch_id=int(record["batch_id"]))
-
-        self.on_batch(commit)
+        self._commit_when(txn, lambda r: any(c.get("param") == param and c.get("value") == value
+                                             for c in r.get("changes") or ()))
 
     def restart(self) -> None:
         """Restart the query from its checkpoint at a batch boundary, changing nothing.

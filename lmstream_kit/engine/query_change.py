@@ -1,7 +1,7 @@
 """The stateful operators of a workload's streaming query, read from Spark's analyzed plan.
 
-The query is built over an empty file stream of the workload's schema (nothing runs), like
-:func:`lmstream_kit.engine.window.query_window`, and its analyzed plan is walked for the operators
+The query is built over an empty file stream of the workload's schema (nothing runs;
+:func:`lmstream_kit.engine.window.analyzed_plan`, which reads windows too), and its analyzed plan is walked for the operators
 Spark keeps state for: streaming aggregations, stream-stream joins, deduplications and
 ``*GroupsWithState`` / ``transformWithState`` operators.  :func:`lmstream_kit.query_rules.forbidden_change`
 compares two such lists.
@@ -9,12 +9,8 @@ compares two such lists.
 
 from __future__ import annotations
 
-import tempfile
-
-from ..exceptions import ConfigError
 from ..query_rules import StatefulOp
-from .schema import spark_ddl
-from .window import _seq
+from .window import _seq, analyzed_plan
 
 __all__ = ["stateful_operators"]
 
@@ -58,7 +54,7 @@ def _join_keys(node) -> tuple[tuple[str, str], ...]:
         e = stack.pop()
         if e.getClass().getSimpleName() == "EqualTo":
             a, b = e.left(), e.right()
-            if b.getClass().getSimpleName() == "AttributeReference" and str(getattr(b, "exprId")()) in left:
+            if b.getClass().getSimpleName() == "AttributeReference" and str(b.exprId()) in left:
                 a, b = b, a
             keys.append((f"{_name(a)}={_name(b)}", str(a.dataType().simpleString())))
         else:
@@ -87,13 +83,4 @@ def _operators(plan) -> list[StatefulOp]:
 
 def stateful_operators(spark, workload) -> list[StatefulOp]:
     """The stateful operators of ``workload``'s query, in Spark's order (ConfigError where it does not build)."""
-    with tempfile.TemporaryDirectory(prefix="lmstream-plan-") as empty:
-        stream = spark.readStream.schema(spark_ddl(workload.schema)).parquet(empty)
-        try:
-            df = workload.build_query(stream)
-            plan = df._jdf.queryExecution().analyzed()
-        except Exception as exc:  # noqa: BLE001  (the user's query: any error refuses it)
-            text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-            raise ConfigError(f"the query of {workload.name} does not build on its input schema: "
-                              f"{type(exc).__name__}: {text}") from None
-        return _operators(plan)
+    return _operators(analyzed_plan(spark, workload, f"the query of {workload.name} does not build on its input schema"))

@@ -11,7 +11,19 @@ import tempfile
 from ..exceptions import ConfigError
 from .schema import spark_ddl
 
-__all__ = ["query_window"]
+__all__ = ["analyzed_plan", "query_window"]
+
+
+def analyzed_plan(spark, workload, failed: str):
+    """The analyzed plan of ``workload``'s query built over an empty file stream of its schema (nothing
+    runs); a query that does not build is a ConfigError ``<failed>: <Type>: <first line>``."""
+    with tempfile.TemporaryDirectory(prefix="lmstream-plan-") as empty:
+        stream = spark.readStream.schema(spark_ddl(workload.schema)).parquet(empty)
+        try:
+            return workload.build_query(stream)._jdf.queryExecution().analyzed()
+        except Exception as exc:  # noqa: BLE001  (the user's query: any error refuses it)
+            text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+            raise ConfigError(f"{failed}: {type(exc).__name__}: {text}") from None
 
 
 def query_window(spark, workload) -> tuple[float, float]:
@@ -19,15 +31,8 @@ def query_window(spark, workload) -> tuple[float, float]:
 
     Raises ConfigError when the plan has no time window, or several different ones.
     """
-    with tempfile.TemporaryDirectory(prefix="lmstream-plan-") as empty:
-        stream = spark.readStream.schema(spark_ddl(workload.schema)).parquet(empty)
-        try:
-            df = workload.build_query(stream)
-        except Exception as exc:
-            raise ConfigError(f"workload {workload.name}: its query failed on the input schema: "
-                              f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
-                              ) from None
-        found = sorted(set(_windows(df._jdf.queryExecution().analyzed())))
+    plan = analyzed_plan(spark, workload, f"workload {workload.name}: its query failed on the input schema")
+    found = sorted(set(_windows(plan)))
     if not found:
         raise ConfigError(f"workload {workload.name}: its query's plan shows no window(...) to read the "
                           "latency bound from; give window= (and slide=) or, without a window, bound=")

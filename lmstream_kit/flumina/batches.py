@@ -65,11 +65,12 @@ class BatchRunner:
         self.last: BatchResult | None = None  # what it took (passes, epochs, events)
         self._states = fork_states(spec, plan, spec.init())  # after the last batch
         self._before: dict[str, Any] = dict(self._states)  # before the last batch (a replay starts here)
-        # what a snapshot says the states before the last batch were: (states, logic); differs from
-        # _before only for the first batch after a logic swap (the swap had not committed before it)
-        self._saved_before: tuple[dict, str, dict] | None = None  # (states, logic, plan as a dict)
-        self._pre_swap: tuple[dict, str, dict] | None = None  # the same, before a swap no batch ran under yet
-        self._undo: tuple | None = None  # (spec, plan, logic, states, before) to go back to if that batch fails
+        # what a snapshot says the states before the last batch were: (states, logic, plan as a dict);
+        # differs from _before only for the first batch after a logic swap (it had not committed yet)
+        self._saved_before: tuple[dict, str, dict] | None = None
+        # (spec, plan, logic, states, before) before a swap no batch ran under yet: what its first batch
+        # goes back to if it fails, and the replay state that batch's snapshot keeps
+        self._undo: tuple | None = None
         #: ``(batch id, logic, error)`` of the last swap whose first batch failed under it and ran under the old logic
         self.swap_failed: tuple[int, str, str] | None = None
         self._refused: dict[str, str] = {}  # "states"/"before": why they cannot run under this logic
@@ -100,16 +101,19 @@ class BatchRunner:
                 raise
             failed = self.logic
             self.spec, self.plan, self.logic, self._states, self._before = self._undo
-            self._undo = self._pre_swap = None
+            self._undo = None
             self.swap_failed = (batch_id, failed, error_line(exc))
             return self.run(batch_id, events, map_workers=map_workers)
         here = (dict(start), self.logic, self.plan.to_dict())
         if replay:
             saved_before = self._saved_before or here
-        else:  # the first batch after a swap: a restart that does not take the swap replays it from the old
-            saved_before = self._pre_swap or here
+        elif self._undo is not None:  # the first batch after a swap: a restart that does not take it replays
+            _, plan0, logic0, states0, _ = self._undo  # this batch from the old logic's states
+            saved_before = (dict(states0), logic0, plan0.to_dict())
+        else:
+            saved_before = here
         self._before, self._states, self.last_batch = dict(start), dict(result.states), batch_id
-        self._saved_before, self._pre_swap, self._undo = saved_before, None, None
+        self._saved_before, self._undo = saved_before, None
         self._refused.clear()
         self.last = result
         if self.snapshots is not None:
@@ -138,8 +142,7 @@ class BatchRunner:
             return fork_states(spec, plan, transform(joined) if transform is not None else joined)
 
         states, before = migrate(self._states), migrate(self._before)  # raises before anything changed
-        if self._pre_swap is None:
-            self._pre_swap = (dict(self._states), self.logic, self.plan.to_dict())
+        if self._undo is None:
             self._undo = (self.spec, self.plan, self.logic, dict(self._states), dict(self._before))
         self.spec, self.plan, self.logic = spec, plan, str(logic)
         self._states, self._before = states, before

@@ -126,7 +126,6 @@ class FluminaControl(BatchController):
         self._lock = threading.Lock()
         self._pending: list[_Request] = []
         self._applied: list[tuple[int, str, Any]] = []  # (batch id, op, transaction) awaiting their batch's end
-        self._workers: int | None = None  # the workers asked for last (shown before the runner exists)
 
     # ------------------------------------------------------------------ the runner
     @property
@@ -152,7 +151,7 @@ class FluminaControl(BatchController):
     @property
     def workers(self) -> int | None:
         runner = self.runner
-        return len(runner.plan.workers) if runner is not None else self._workers
+        return len(runner.plan.workers) if runner is not None else None
 
     @property
     def logic(self) -> str | None:
@@ -195,7 +194,6 @@ class FluminaControl(BatchController):
 
         self._request("flumina_workers", old, workers, lambda runner: runner.replan(plan_for(runner)),
                       check=plan_for)
-        self._workers = workers
 
     def set_plan(self, plan: Plan | Mapping) -> None:
         """Run the next batches on ``plan`` (a Plan for the spec, or a nested ``{"tags", "children"}``)."""
