@@ -402,7 +402,7 @@ class LiveStream(StreamControls):
 
     def _restart_query(self, param: str, old, value, *, workload: Optional[Workload] = None, policy=None,
                        gate=None, timeout: float = 120.0, between: Optional[Callable[[], dict]] = None,
-                       **detail) -> None:
+                       confirm_s: Optional[float] = None, **detail) -> None:
         """Restart the query from its checkpoint with a new window and/or trigger.
 
         Admission is held, the batches already admitted finish and commit, the
@@ -416,6 +416,14 @@ class LiveStream(StreamControls):
         committed) and returns more detail for the change record.  Where it
         fails, the query starts again unchanged, the change is recorded as
         aborted with the reason, and its error is raised.
+
+        ``confirm_s`` (a new query: :meth:`set_query`) waits up to that long for
+        the restarted query's first batch with data.  Where it fails (Spark refuses the new
+        query's state, or it fails on data), the query starts again as it was:
+        its checkpoint holds the failed batch's offsets, so the old query runs
+        that batch, and the change is aborted with Spark's error (raised as a
+        ConfigError).  A stream with no data in that time keeps the change
+        applied, committed by its first batch.
         """
         with self._restart_lock:
             if self.query is None or self._stopped:
@@ -424,6 +432,8 @@ class LiveStream(StreamControls):
                     self.log_change(param, value, old=old, **detail, restart=False)
                 return
             t0 = time.time()
+            old_workload = self.workload
+            commit = None
             txn = self.journal.begin(param, old=old, value=value)
             with self.loop.lock:
                 resume_mode = self.loop.book.mode
@@ -452,7 +462,7 @@ class LiveStream(StreamControls):
                 self._start_query()
                 if aborted is None:
                     txn.step("applied")
-                    self._commit_when(txn, lambda r: int(r.get("batch_id", -1)) > last_batch)
+                    commit = self._commit_when(txn, lambda r: int(r.get("batch_id", -1)) > last_batch)
                 with self.loop.lock:  # admission is still held: the next admitted batch carries it
                     if aborted is None:
                         self.log_change(param, value, old=old, **detail, restart=True,
@@ -477,14 +487,63 @@ class LiveStream(StreamControls):
                 raise EngineError(f"restarting stream {self.name} failed: {one_line(exc)}") from exc
             finally:
                 with self.loop.lock:
-                    self._restarting = False
+                    self._restarting = confirm_s is not None and aborted is None and txn.state == "applied"
                     self.loop.book.mode = resume_mode if resume_mode != HOLD else RUN
                     self.loop.batch_done.notify_all()
             if aborted is not None:
                 raise aborted
+        if self._restarting:  # a new query: it must run its first batch, or the old one comes back
+            self._confirm_restart(txn, commit, last_batch, confirm_s, param, old, value, old_workload)
 
-    def _commit_when(self, txn, done: Callable[[dict], bool]) -> None:
-        """Commit ``txn`` in the journal with the first completed batch whose record makes ``done`` true."""
+    def _confirm_restart(self, txn, commit, last_batch: int, timeout: float, param: str, old, value,
+                         old_workload: Workload) -> None:
+        """Wait for the restarted query's first batch with data; where it fails, restart the old query (see
+        :meth:`_restart_query`).  Called with ``_restarting`` set and admission open."""
+        error: Optional[str] = None
+        try:
+            deadline = time.monotonic() + timeout
+            with self.loop.lock:
+                while time.monotonic() < deadline:
+                    # a no-data batch (a watermark's) proves little: wait for one with rows
+                    if any(int(r["batch_id"]) > last_batch and r["rows"] > 0 for r in self.loop.records):
+                        return
+                    if self.loop.failure is not None:
+                        error = one_line(self.loop.failure)
+                        break
+                    if not self.engine.is_active:
+                        error = self.engine.query_error() or "the query stopped"
+                        error = one_line(error)
+                        break
+                    self.loop.batch_done.wait(0.1)
+                else:
+                    return  # no data yet: the first batch commits the change
+            self.remove_on_batch(commit)
+            txn.abort(f"the new query failed its first batch; the old query runs on: {error}")
+            t0 = time.time()
+            with self._restart_lock:
+                self.engine.stop_query(is_idle=lambda: True)  # it failed: nothing is in flight
+                # Spark replays the failed batch from its offset log without asking the source, as after a crash
+                resume, committed = self.engine.checkpoint_offsets(self.run_dir / "checkpoint")
+                with self.loop.lock:
+                    self.loop.failure = None
+                    self.loop.book.in_batch = False
+                    self._adopt(old_workload, None, None)
+                    self.loop.book.forget_planned()
+                    self.loop.book.resume(resume=resume, committed=committed, now=time.time())
+                    self.placement.restarted()
+                self._start_query()
+                with self.loop.lock:
+                    self.log_change(param, old, restart=True, aborted=error, requested=value,
+                                    restart_s=round(time.time() - t0, 3))
+        finally:
+            with self.loop.lock:
+                self._restarting = False
+                self.loop.batch_done.notify_all()
+        raise ConfigError(f"{param} {value!r} failed its first batch, and the stream runs on with {old!r}: {error}")
+
+    def _commit_when(self, txn, done: Callable[[dict], bool]) -> Callable[[dict], None]:
+        """Commit ``txn`` in the journal with the first completed batch whose record makes ``done`` true
+        (returns the callback, which :meth:`remove_on_batch` takes back)."""
 
         def commit(record: dict) -> None:
             if txn.state == "applied" and done(record):
@@ -492,6 +551,7 @@ class LiveStream(StreamControls):
                 txn.step("committed", batch_id=int(record["batch_id"]))
 
         self.on_batch(commit)
+        return commit
 
     def _start_feed(self) -> None:
         """Start the generator or the ingest adapter, once.
@@ -536,7 +596,7 @@ class LiveStream(StreamControls):
     # ------------------------------------------------------------------ waiting
     def check_health(self) -> None:
         """Raise EngineError if the stream, its query or its feed failed."""
-        if self.loop.failure is not None:
+        if self.loop.failure is not None and not self._restarting:  # a new query's failure may be rolled back
             raise EngineError(f"stream {self.name} failed: {one_line(self.loop.failure)}")
         if self.query is not None and not self.engine.is_active and not self._stopped and not self._restarting:
             error = self.engine.query_error()

@@ -14,7 +14,7 @@ from typing import Any, Optional
 from .exceptions import ConfigError
 from .feed.traffic import FeedGenerator
 from .policies import get_policy
-from .protocol import Control, Param, StreamInfo, Tunable
+from .protocol import Control, Param, StreamInfo, Tunable, positive
 from .record import controller_target_s
 
 __all__ = ["StreamControls"]
@@ -190,7 +190,7 @@ class StreamControls(Tunable):
             txn.step("prepared")
         swap.request(function, name, txn)
 
-    def set_query(self, build_query, *, name: Optional[str] = None) -> None:
+    def set_query(self, build_query, *, name: Optional[str] = None, confirm_s: float = 60.0) -> None:
         """Change the Spark query itself (``build_query(stream_df) -> DataFrame``): a restart from the
         checkpoint at a batch boundary, refused before anything stops where Spark forbids it.
 
@@ -199,8 +199,11 @@ class StreamControls(Tunable):
         types.  Projections and filters may change.  The new query's analyzed plan is compared with
         the running one's first (:mod:`lmstream_kit.query_rules`; no job runs), and a change Spark
         forbids (new aggregation keys, say) is refused in one line naming it, journaled as aborted;
-        the stream runs on.  The window and the latency bound stay as they are (change the bound
-        with :meth:`set_target`); the new query's window slide cannot be changed live.
+        the stream runs on.  A new query that fails its first batch after the restart (on data, or
+        where Spark refuses at run time what the plans did not show) is rolled back: the old query
+        starts again and runs that batch, the change is aborted with Spark's error, and a
+        ConfigError says so (it waits up to ``confirm_s`` seconds for that first batch).  The window and the latency bound stay as they are (change the bound with
+        :meth:`set_target`); the new query's window slide cannot be changed live.
         """
         if not callable(build_query):
             raise ConfigError(f"a query must be a function stream_df -> DataFrame, got {build_query!r}")
@@ -220,7 +223,8 @@ class StreamControls(Tunable):
             if self.journal is not None:
                 self.journal.begin("query", old=old, value=name).abort(reason)
             raise ConfigError(f"query {name!r} refused: {reason}")
-        self._restart_query("query", old, name, workload=new_workload)
+        # a ConfigError where the new query failed its first batch and the old one came back
+        self._restart_query("query", old, name, workload=new_workload, confirm_s=positive("confirm_s", confirm_s))
         self._query_name = name
 
     #: what ``lmstream-kit reconfigure`` (the channel's ``reconfigure`` request) may change, besides

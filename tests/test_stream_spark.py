@@ -281,8 +281,9 @@ def test_live_policy_switch(spark, tmp_path):
     assert s.controller is not None and s.controller.n_observed >= 1
 
 
-def _lr2s_like(*, having=40.0, keys=("highway", "direction", "segment"), agg="avg"):
-    """LR2S's query with its filter, keys or aggregate changed (for set_query)."""
+def _lr2s_like(*, having=40.0, keys=("highway", "direction", "segment"), agg="avg", fails=False):
+    """LR2S's query with its filter, keys or aggregate changed (for set_query); ``fails``: it raises
+    on every row, which no plan shows."""
 
     def build_query(stream):
         from pyspark.sql import functions as F
@@ -290,6 +291,8 @@ def _lr2s_like(*, having=40.0, keys=("highway", "direction", "segment"), agg="av
         from lmstream_kit.workloads.base import time_window, with_event_time
 
         reports = with_event_time(stream, "time", 5)
+        if fails:  # a stateless filter (allowed) that raises on every input row
+            reports = reports.where(F.raise_error(F.concat(F.lit("a bad row: speed "), F.col("speed"))).isNull())
         speed = getattr(F, agg)("speed").alias("avgSpeed")
         grouped = reports.groupBy(time_window(30, 10), *keys).agg(speed, F.count("*").alias("reports"))
         return grouped.where(F.col("avgSpeed") < having).select(
@@ -300,7 +303,8 @@ def _lr2s_like(*, having=40.0, keys=("highway", "direction", "segment"), agg="av
 
 def test_set_query_restarts_with_an_allowed_change_and_refuses_what_spark_forbids(spark, tmp_path):
     run = tmp_path / "query"
-    s = LiveStream("LR2S", policy="lmstream", traffic="constant", rate=500, speedup=10, duration_s=120,
+    # 30 s of traffic: the refusals, the rollback and the last change all happen while it flows
+    s = LiveStream("LR2S", policy="lmstream", traffic="constant", rate=500, speedup=10, duration_s=300,
                    run_dir=run, spark=spark).start()
     try:
         s.wait(batches=3, timeout=120)
@@ -315,6 +319,11 @@ def test_set_query_restarts_with_an_allowed_change_and_refuses_what_spark_forbid
                                               "schema: AnalysisException"):
             s.set_query(_lr2s_like(keys=("highway", "no_such_column")), name="typo")
         assert s.is_active
+        # the plans allow it, but its first batch fails: the old query comes back and runs that batch
+        with pytest.raises(ConfigError, match=r"^query 'fails' failed its first batch, and the stream runs on with "
+                                              r"'initial': .*a bad row"):
+            s.set_query(_lr2s_like(fails=True), name="fails")
+        assert s.is_active and s.failure is None
         s.set_query(_lr2s_like(having=30.0), name="slower_than_30")  # a filter: allowed, a restart
         n = len([r for r in s.records if r["rows"] > 0])
         s.wait(until=lambda st: st.feed_finished() and len([r for r in st.records if r["rows"] > 0]) >= n + 2,
@@ -324,15 +333,16 @@ def test_set_query_restarts_with_an_allowed_change_and_refuses_what_spark_forbid
     txns = Journal(run).transactions()
     assert [(t["op"], t["value"], t["state"]) for t in txns] == [
         ("query", "by_lane", "aborted"), ("query", "max_speed", "aborted"), ("query", "typo", "aborted"),
-        ("query", "slower_than_30", "committed")]
+        ("query", "fails", "aborted"), ("query", "slower_than_30", "committed")]
     assert txns[0]["reason"].startswith("the grouping keys of the aggregate change")
+    assert txns[3]["reason"].startswith("the new query failed its first batch; the old query runs on: ")
     # every dataset once across the restart, and windows closed after it pass the new filter
     df = load_metrics(run)
     data = df[df["rows"] > 0].sort_values("batch_id")
     assert list(data["start_seq"].iloc[1:]) == list(data["end_seq"].iloc[:-1])
     assert int(data["rows"].sum()) == Spool(run / "spool", create=False).total_rows()
     late = [pq.read_table(f) for f in sorted((run / "output").glob("part-*.parquet"))
-            if int(f.stem.split("-")[1]) >= txns[3]["batch_id"]]
+            if int(f.stem.split("-")[1]) >= txns[4]["batch_id"]]
     speeds = [v for t in late for v in t.column("avgSpeed").to_pylist()]
     assert speeds and max(speeds) < 30.0
 
