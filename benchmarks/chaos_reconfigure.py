@@ -12,7 +12,10 @@ Python and Spark's JVM) gets SIGKILL.  The last run feeds ``--last`` simulated s
 everything spooled (what the killed runs left pending too) and stops by itself.
 
 With ``--workload LR2S`` (a stateful query over a sliding window) the window slide changes too, a
-restart from the checkpoint with a new window.
+restart from the checkpoint with a new window.  With ``--workload flumina:EXAMPLE`` (a Flumina
+program, e.g. ``flumina:value_barrier``, its states kept by the kit) the number of workers changes
+too, live: ``reconfigure --set flumina.workers=N`` forks or joins the workers' states at a batch
+boundary, and a kill during it must leave the old or the new plan, never a mix.
 
 Then it checks what the reconfiguration issue asks:
 
@@ -22,7 +25,9 @@ Then it checks what the reconfiguration issue asks:
   order (requested, prepared, applied, committed; aborted after any but committed); one a crash left
   open was ended by the next start (``recovered``);
 * **one configuration in force**: each run's first batch ran under the policy it was started with,
-  never a mix of an interrupted change.
+  never a mix of an interrupted change;
+* for a Flumina program, **the outputs equal the sequential run's** over every spooled event, each
+  output once, whatever the workers were rescaled to and wherever the kills fell.
 
 It writes ``chaos-reconfigure-<host>-<time>.json`` and ``.csv`` (one row per run: how it ended, the
 reconfigurations asked and how each ended) and prints the verdict; exit status 1 where a check
@@ -54,9 +59,30 @@ _NEXT = {None: {"requested"}, "requested": {"prepared", "aborted"}, "prepared": 
          "applied": {"committed", "aborted"}}
 
 
+#: the Flumina program's workers and shards at the start, and about one sync event per this many
+FLUMINA_WORKERS, FLUMINA_SYNC_EVERY = 2, 200
+
+
+def flumina_example(workload: str) -> str | None:
+    """``EXAMPLE`` of ``flumina:EXAMPLE`` (None for another workload)."""
+    return workload.split(":", 1)[1] if workload.startswith("flumina:") else None
+
+
+def workload_arg(run: Path, workload: str) -> str:
+    """What ``run --workload`` gets: the name, or for ``flumina:EXAMPLE`` a workload file beside ``run``."""
+    example = flumina_example(workload)
+    if example is None:
+        return workload
+    path = run.parent / f"{run.name}-flumina.py"
+    path.write_text("from lmstream_kit.workloads.flumina import flumina_workload\n\n"
+                    f"W = flumina_workload({example!r}, parallelism={FLUMINA_WORKERS}, "
+                    f"sync_every={FLUMINA_SYNC_EVERY}, bound_s=5.0)\n")
+    return f"{path}:W"
+
+
 def start_run(run: Path, args, policy: str, log, duration: float) -> subprocess.Popen:
     """``lmstream-kit run --workload PASSTHROUGH`` on ``run`` in a new process group (its JVM goes with it)."""
-    cmd = [*KIT, "run", "--workload", args.workload, "--policy", policy, "--traffic", "random", "--rate", str(args.rate),
+    cmd = [*KIT, "run", "--workload", workload_arg(run, args.workload), "--policy", policy, "--traffic", "random", "--rate", str(args.rate),
            "--speedup", str(args.speedup), "--seed", str(args.seed), "--out", str(run), "--output", "parquet",
            "--duration", f"{duration:g}"]
     return subprocess.Popen(cmd, stdout=log, stderr=log, start_new_session=True)
@@ -89,11 +115,16 @@ def wait_up(proc: subprocess.Popen, run: Path, old_channel: str | None, old_batc
     raise RuntimeError(f"the run was not up within {timeout:g} s")
 
 
-def reconfigure(run: Path, rng: random.Random, windowed: bool) -> tuple[list[str], subprocess.Popen]:
+def reconfigure(run: Path, rng: random.Random, windowed: bool, flumina: bool = False
+                ) -> tuple[list[str], subprocess.Popen]:
     """Start one random ``lmstream-kit reconfigure`` on ``run`` (not waited for); a ``windowed``
-    workload's window slide changes too (a restart from the checkpoint)."""
-    op = rng.choice(["target", "policy", "policy", "restart", "rate", *(["slide", "slide"] if windowed else [])])
-    if op == "slide":
+    workload's window slide changes too (a restart from the checkpoint), a ``flumina`` program's
+    workers too (live: a fork or a join of their states)."""
+    op = rng.choice(["target", "policy", "policy", "restart", "rate", *(["slide", "slide"] if windowed else []),
+                     *(["workers"] * 4 if flumina else [])])
+    if op == "workers":
+        change = ["--set", f"flumina.workers={rng.choice([1, 2, 3, 4])}"]
+    elif op == "slide":
         change = ["--slide", f"{rng.choice([5, 10, 15]):g}"]
     elif op == "target":
         change = ["--target", f"{rng.choice([2, 4, 6, 10]):g}"]
@@ -173,6 +204,32 @@ def row_problems(run: Path) -> tuple[list[str], int]:
     return problems, fed.num_rows
 
 
+def flumina_problems(run: Path, example: str) -> tuple[list[str], int]:
+    """Where a Flumina program's outputs differ from the sequential run over every spooled event
+    (outputs compared as a bag, each once), and how many outputs there are."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from lmstream_kit.feed.spool import Spool
+    from lmstream_kit.flumina import EXAMPLES, Event, run_sequential
+    from lmstream_kit.workloads.flumina import FLUMINA_EXAMPLES
+
+    table = Spool(run / "spool", create=False).read_table().sort_by([("ts", "ascending"), ("seq", "ascending")])
+    codec = FLUMINA_EXAMPLES[example].codec
+    payloads = [codec.decode(p) if codec else p for p in table.column("payload").to_pylist()]
+    events = [Event(t, ts, p) for t, ts, p in zip(table.column("tag").to_pylist(), table.column("ts").to_pylist(),
+                                                   payloads)]
+    _, outputs = run_sequential(EXAMPLES.get(example).spec(FLUMINA_WORKERS), events)
+    files = sorted((run / "output").glob("part-*.parquet"))
+    got = Counter(pa.concat_tables([pq.read_table(f) for f in files]).column("output").to_pylist()) if files \
+        else Counter()
+    want = Counter(repr(o) for o in outputs)
+    missing, extra = sum((want - got).values()), sum((got - want).values())
+    problems = ([f"{missing} output(s) of the sequential run are not in the program's output"] if missing else []) \
+        + ([f"{extra} output(s) are not the sequential run's, or there twice"] if extra else [])
+    return problems, sum(want.values())
+
+
 def policy_of_record(run: Path, index: int) -> str | None:
     """The policy of the ``index``-th record of the run directory's metrics (0-based)."""
     with open(run / "metrics.jsonl") as fh:
@@ -197,6 +254,12 @@ def main(argv=None) -> int:
     ap.add_argument("--out", type=Path, default=Path(__file__).parent / "results")
     args = ap.parse_args(argv)
     rng = random.Random(args.seed)
+    flumina = flumina_example(args.workload) is not None
+    if flumina:
+        from lmstream_kit.workloads.flumina import FLUMINA_EXAMPLES
+
+        if flumina_example(args.workload) not in FLUMINA_EXAMPLES:
+            ap.error(f"unknown Flumina example in {args.workload!r}; known: {', '.join(FLUMINA_EXAMPLES)}")
     tmp = None
     if args.run_dir is None:
         tmp = Path(tempfile.mkdtemp(prefix="chaos-reconfigure-"))
@@ -217,7 +280,8 @@ def main(argv=None) -> int:
             first_policy = policy_of_record(run, before_batches)  # the run's first batch
             asked = []
             for k in range(rng.randint(1, args.per_run)):
-                change, rp = reconfigure(run, rng, windowed=args.workload != "PASSTHROUGH")
+                change, rp = reconfigure(run, rng, windowed=args.workload != "PASSTHROUGH" and not flumina,
+                                         flumina=flumina)
                 last = k == args.per_run - 1 or rng.random() < 0.4
                 if i < args.kills and last:  # kill while this one is under way
                     time.sleep(rng.uniform(0.0, 2.0))
@@ -244,9 +308,16 @@ def main(argv=None) -> int:
         problems = journal_problems(run) + span_problems(run)
         problems += [f"run {r['run']} was started with {r['policy']} but its first batch ran under "
                      f"{r['first_batch_policy']}" for r in runs if r["first_batch_policy"] != r["policy"]]
+        outputs = None
         if args.workload == "PASSTHROUGH":  # its output is its input: every row once
             lost, fed_rows = row_problems(run)
             problems += lost
+        elif flumina:  # its outputs are the sequential run's
+            wrong, outputs = flumina_problems(run, flumina_example(args.workload))
+            problems += wrong
+            from lmstream_kit.feed.spool import Spool
+
+            fed_rows = Spool(run / "spool", create=False).total_rows()
         else:
             from lmstream_kit.feed.spool import Spool
 
@@ -261,17 +332,30 @@ def main(argv=None) -> int:
                        for steps in txns.values())
         meta = {"benchmark": "chaos-reconfigure", "workload": args.workload, "kills": args.kills, "seed": args.seed, "rate": args.rate,
                 "speedup": args.speedup, "wall_s": round(time.time() - t_start, 1), "spool_rows": fed_rows,
+                "flumina_outputs": outputs, "ops": dict(Counter(op for r in runs for op in _ops(r["changes"]))),
                 "transactions": len(txns), "transaction_ends": dict(ends), "problems": problems,
                 "verdict": "pass" if not problems else "FAIL"}
         path = write_run_results(args.out, "chaos-reconfigure", meta, runs)
+        held = ("every row once" if args.workload == "PASSTHROUGH" else
+                f"every dataset in one batch, the {outputs} outputs the sequential run's" if flumina else
+                "every dataset in one batch")
         print(f"{fed_rows} rows, {len(txns)} reconfigurations ({dict(ends)}), {args.kills} kill -9: "
-              f"{(('every row once' if args.workload == 'PASSTHROUGH' else 'every dataset in one batch') + ', journal consistent') if not problems else '; '.join(problems)}")
+              f"{(held + ', journal consistent') if not problems else '; '.join(problems)}")
         print(f"results: {path}")
         return 0 if not problems else 1
     finally:
         log.close()
         if tmp is not None and not os.environ.get("LMSTREAM_KEEP_CHAOS"):
             shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _ops(changes: str) -> list[str]:
+    """The kinds of change a run was asked (``--set flumina.workers=3`` -> ``flumina.workers``)."""
+    out = []
+    for c in json.loads(changes):
+        words = c["change"].split()
+        out.append(words[1].split("=")[0] if words[0] == "--set" else words[0].lstrip("-"))
+    return out
 
 
 if __name__ == "__main__":

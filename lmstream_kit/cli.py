@@ -337,7 +337,9 @@ def reconfigure(run_dir, slide_s, target_s, policy, rate_scale, state_partitions
         client.close()
     txn = result.get("transaction") or {}
     state = f", transaction {txn.get('txn')} {txn.get('state')}" if txn else ""
-    click.echo(f"{op} -> {value}: in force{state}; now {json.dumps(result.get('now'))}")
+    # a controller's change (flumina.workers) waits for the next batch boundary; a restart is done
+    when = "in force from the next batch" if txn.get("state") in ("requested", "prepared") else "in force"
+    click.echo(f"{op} -> {value}: {when}{state}; now {json.dumps(result.get('now'))}")
 
 
 @cli.command()

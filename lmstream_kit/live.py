@@ -200,6 +200,7 @@ class LiveStream(StreamControls):
         self._started = False
         self._restart_lock = threading.Lock()  # one live restart of the query at a time
         self._restarting = False
+        self._stopping = False  # stop() began: no live restart may start
         self._query_kwargs: Optional[dict] = None
         self.journal: Optional[Journal] = None  # the run's reconfiguration journal (from start)
         self._run_info: Optional[dict] = None
@@ -426,6 +427,8 @@ class LiveStream(StreamControls):
         applied, committed by its first batch.
         """
         with self._restart_lock:
+            if self._stopping and not self._stopped:
+                raise ConfigError(f"cannot change {param} to {value!r}: stream {self.name} is stopping")
             if self.query is None or self._stopped:
                 with self.loop.lock:
                     self._adopt(workload, policy, gate)
@@ -507,6 +510,8 @@ class LiveStream(StreamControls):
                     # a no-data batch (a watermark's) proves little: wait for one with rows
                     if any(int(r["batch_id"]) > last_batch and r["rows"] > 0 for r in self.loop.records):
                         return
+                    if self._stopping:
+                        return  # stop() ends the stream either way
                     if self.loop.failure is not None:
                         error = one_line(self.loop.failure)
                         break
@@ -666,6 +671,8 @@ class LiveStream(StreamControls):
         """
         if self._stopped:
             return self.summary()
+        with self._restart_lock:  # a live restart under way ends first, and none starts after this
+            self._stopping = True
         if self.feed is not None:
             self.feed.stop()
             if hasattr(self.feed, "scan_once") and drain:

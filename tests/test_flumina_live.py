@@ -236,3 +236,18 @@ def test_a_logic_that_fails_on_its_first_batch_is_undone_and_that_batch_runs_und
     assert txns[1]["reason"] == ("logic 'broken' failed on batch 1, which ran again under 'initial': "
                                  "ValueError: no update for a2")
     assert run_batch(control, runner, 2, [Event("a1", 5, 2), Event("b", 6)])[1][-1][1] == ("b", 6, 2)
+
+
+def test_asking_for_the_workers_the_next_batch_runs_on_changes_nothing(tmp_path):
+    spec = value_barrier_spec(3)
+    runner = BatchRunner(spec, greedy_plan(spec, 2))
+    control = FluminaControl()
+    host = Host(runner, tmp_path)
+    control.plugged(host)
+    control.set_param("workers", 2)  # in force already: no transaction, no change
+    assert host.journal.transactions() == [] and control.changelog.take() == []
+    control.set_param("workers", 3)
+    control.set_param("workers", 2)  # back to 2 before the boundary: a change of its own, after the 3
+    assert [(t["value"], t["state"]) for t in host.journal.transactions()] == [(3, "prepared"), (2, "prepared")]
+    control.before_batch(Ctx(0))
+    assert control.workers == 2

@@ -188,6 +188,10 @@ class FluminaControl(BatchController):
     def _apply_workers(self, workers: int) -> None:
         """Rescale: from the next batch on, a greedy plan with at most ``workers`` workers."""
         old = self.workers
+        with self._lock:  # what the next batch runs on: the last rescale waiting, or the plan in force
+            waiting = [r.value for r in self._pending if r.op == "flumina_workers"]
+        if workers == (waiting[-1] if waiting else old):
+            return  # nothing changes: no transaction
 
         def plan_for(runner) -> Plan:
             return greedy_plan(runner.spec, workers)
