@@ -80,9 +80,11 @@ def workload_arg(run: Path, workload: str) -> str:
     return f"{path}:W"
 
 
-def start_run(run: Path, args, policy: str, log, duration: float) -> subprocess.Popen:
-    """``lmstream-kit run --workload PASSTHROUGH`` on ``run`` in a new process group (its JVM goes with it)."""
-    cmd = [*KIT, "run", "--workload", workload_arg(run, args.workload), "--policy", policy, "--traffic", "random", "--rate", str(args.rate),
+def start_run(run: Path, args, policy: str, log, duration: float, restore: bool = False) -> subprocess.Popen:
+    """``lmstream-kit run --workload PASSTHROUGH`` on ``run`` in a new process group (its JVM goes with it);
+    ``restore``: with ``--restore-config`` (it starts with what the journal last committed)."""
+    cmd = [*KIT, "run", "--workload", workload_arg(run, args.workload), "--policy", policy,
+           *(["--restore-config"] if restore else []), "--traffic", "random", "--rate", str(args.rate),
            "--speedup", str(args.speedup), "--seed", str(args.seed), "--out", str(run), "--output", "parquet",
            "--duration", f"{duration:g}"]
     return subprocess.Popen(cmd, stdout=log, stderr=log, start_new_session=True)
@@ -230,6 +232,15 @@ def flumina_problems(run: Path, example: str) -> tuple[list[str], int]:
     return problems, sum(want.values())
 
 
+def restored(run: Path) -> dict:
+    """What the running run took back from the journal (run.json's ``restored_config``), by op."""
+    try:
+        got = json.loads((run / "run.json").read_text()).get("restored_config") or {}
+    except (OSError, ValueError):
+        return {}
+    return {op: v for op, v in got.items() if not (isinstance(v, str) and v.startswith("not restored"))}
+
+
 def policy_of_record(run: Path, index: int) -> str | None:
     """The policy of the ``index``-th record of the run directory's metrics (0-based)."""
     with open(run / "metrics.jsonl") as fh:
@@ -274,10 +285,14 @@ def main(argv=None) -> int:
             final = i == args.kills
             # the runs that are killed stream until then; the last one feeds --last simulated seconds,
             # drains everything spooled (also what the killed runs left pending) and exits
-            proc = start_run(run, args, policy, log, args.last_s if final else 1e6)
+            # a resumed run starts with the options given, or (--restore-config) with the journal's last committed
+            restore = i > 0 and rng.random() < 0.5
+            proc = start_run(run, args, policy, log, args.last_s if final else 1e6, restore)
             wait_up(proc, run, before_channel, before_batches, timeout=180)
             started_batches = batches(run)
             first_policy = policy_of_record(run, before_batches)  # the run's first batch
+            if restore:  # the policy it starts with is the journal's, where one committed
+                policy = restored(run).get("policy", policy)
             asked = []
             for k in range(rng.randint(1, args.per_run)):
                 change, rp = reconfigure(run, rng, windowed=args.workload != "PASSTHROUGH" and not flumina,
@@ -303,7 +318,7 @@ def main(argv=None) -> int:
                 proc.wait(timeout=600)
                 ended = f"drained and stopped (exit {proc.returncode})"
             print(f"run {i + 1}/{args.kills + 1} ({policy}): {len(asked)} change(s), {ended}", flush=True)
-            runs.append({"run": i + 1, "policy": policy, "first_batch_policy": first_policy, "ended": ended,
+            runs.append({"run": i + 1, "restore_config": restore, "policy": policy, "first_batch_policy": first_policy, "ended": ended,
                          "batches": batches(run) - before_batches, "changes": json.dumps(asked)})
         problems = journal_problems(run) + span_problems(run)
         problems += [f"run {r['run']} was started with {r['policy']} but its first batch ran under "

@@ -41,3 +41,30 @@ def test_kill_9_during_reconfigurations_loses_no_row_and_leaves_the_journal_cons
         fh.write(json.dumps({"txn": 99, "op": "restart", "state": "applied"}) + "\n")
     assert journal_problems(tmp_path / "run") == ["transaction 99 (restart) went from None to applied",
                                                   "transaction 99 left applied"]
+
+
+def test_kill_9_during_flumina_rescales_keeps_the_outputs_of_the_sequential_run(tmp_path):
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "chaos_reconfigure.py"), "--kills", "2",
+                           "--seed", "3", "--last", "60", "--workload", "flumina:value_barrier",
+                           "--run-dir", str(tmp_path / "run"), "--out", str(tmp_path / "results")],
+                          capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, (proc.stdout, proc.stderr[-3000:])
+    [result] = (tmp_path / "results").glob("chaos-reconfigure-*.json")
+    meta = json.loads(result.read_text())["meta"]
+    assert meta["verdict"] == "pass" and meta["problems"] == []
+    assert meta["ops"].get("flumina.workers", 0) >= 1 and meta["flumina_outputs"] > 50
+    # the check can fail: an output dropped, or one written twice, is found
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from chaos_reconfigure import flumina_problems
+
+    part = next(f for f in sorted((tmp_path / "run" / "output").glob("part-*.parquet")) if pq.read_table(f).num_rows)
+    table = pq.read_table(part)
+    pq.write_table(table.slice(1), part)
+    assert flumina_problems(tmp_path / "run", "value_barrier")[0] == [
+        "1 output(s) of the sequential run are not in the program's output"]
+    pq.write_table(pa.concat_tables([table, table.slice(0, 1)]), part)
+    assert flumina_problems(tmp_path / "run", "value_barrier")[0] == [
+        "1 output(s) are not the sequential run's, or there twice"]
