@@ -59,8 +59,9 @@ _NEXT = {None: {"requested"}, "requested": {"prepared", "aborted"}, "prepared": 
          "applied": {"committed", "aborted"}}
 
 
-#: the Flumina program's workers and shards at the start, and about one sync event per this many
-FLUMINA_WORKERS, FLUMINA_SYNC_EVERY = 2, 200
+#: the Flumina program's workers at the start, its input shards (the most workers it can have: the
+#: rescales go from 1 to this), and about one sync event per this many
+FLUMINA_WORKERS, FLUMINA_SHARDS, FLUMINA_SYNC_EVERY = 2, 4, 200
 
 
 def flumina_example(workload: str) -> str | None:
@@ -75,7 +76,7 @@ def workload_arg(run: Path, workload: str) -> str:
         return workload
     path = run.parent / f"{run.name}-flumina.py"
     path.write_text("from lmstream_kit.workloads.flumina import flumina_workload\n\n"
-                    f"W = flumina_workload({example!r}, parallelism={FLUMINA_WORKERS}, "
+                    f"W = flumina_workload({example!r}, parallelism={FLUMINA_WORKERS}, shards={FLUMINA_SHARDS}, "
                     f"sync_every={FLUMINA_SYNC_EVERY}, bound_s=5.0)\n")
     return f"{path}:W"
 
@@ -125,7 +126,7 @@ def reconfigure(run: Path, rng: random.Random, windowed: bool, flumina: bool = F
     op = rng.choice(["target", "policy", "policy", "restart", "rate", *(["slide", "slide"] if windowed else []),
                      *(["workers"] * 4 if flumina else [])])
     if op == "workers":
-        change = ["--set", f"flumina.workers={rng.choice([1, 2, 3, 4])}"]
+        change = ["--set", f"flumina.workers={rng.choice(range(1, FLUMINA_SHARDS + 1))}"]
     elif op == "slide":
         change = ["--slide", f"{rng.choice([5, 10, 15]):g}"]
     elif op == "target":
@@ -221,7 +222,7 @@ def flumina_problems(run: Path, example: str) -> tuple[list[str], int]:
     payloads = [codec.decode(p) if codec else p for p in table.column("payload").to_pylist()]
     events = [Event(t, ts, p) for t, ts, p in zip(table.column("tag").to_pylist(), table.column("ts").to_pylist(),
                                                    payloads)]
-    _, outputs = run_sequential(EXAMPLES.get(example).spec(FLUMINA_WORKERS), events)
+    _, outputs = run_sequential(EXAMPLES.get(example).spec(FLUMINA_SHARDS), events)
     files = sorted((run / "output").glob("part-*.parquet"))
     got = Counter(pa.concat_tables([pq.read_table(f) for f in files]).column("output").to_pylist()) if files \
         else Counter()

@@ -251,3 +251,15 @@ def test_asking_for_the_workers_the_next_batch_runs_on_changes_nothing(tmp_path)
     assert [(t["value"], t["state"]) for t in host.journal.transactions()] == [(3, "prepared"), (2, "prepared")]
     control.before_batch(Ctx(0))
     assert control.workers == 2
+
+
+def test_more_workers_than_the_spec_has_independent_tag_groups_is_refused(tmp_path):
+    spec = value_barrier_spec(3)  # a0, a1, a2 under the barrier b: three workers at most
+    control = FluminaControl()
+    host = Host(BatchRunner(spec, greedy_plan(spec, 2)), tmp_path)
+    control.plugged(host)
+    with pytest.raises(ConfigError, match=r"^flumina.workers must be <= 3 for spec value_barrier \(one worker "
+                                          r"per independent group of tags at most\), got 4$"):
+        control.set_param("workers", 4)
+    control.set_param("workers", 3)
+    assert [(t["value"], t["state"]) for t in host.journal.transactions()] == [(4, "aborted"), (3, "prepared")]

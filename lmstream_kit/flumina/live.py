@@ -194,7 +194,11 @@ class FluminaControl(BatchController):
             return  # nothing changes: no transaction
 
         def plan_for(runner) -> Plan:
-            return greedy_plan(runner.spec, workers)
+            plan = greedy_plan(runner.spec, workers)
+            if len(plan.workers) < workers:  # refused: the plan would have fewer workers than asked
+                raise ConfigError(f"flumina.workers must be <= {len(plan.workers)} for spec {runner.spec.name} "
+                                  f"(one worker per independent group of tags at most), got {workers}")
+            return plan
 
         self._request("flumina_workers", old, workers, lambda runner: runner.replan(plan_for(runner)),
                       check=plan_for)
