@@ -109,7 +109,7 @@ def _default_history():
 @click.option("--history", "history", default=None, type=click.Path(path_type=Path), help="With --tune: the tuning history store to pre-train from (with the kit's seed history) and to add this run to [default: the kit's data directory].")
 @click.option("--state-store", default="default", show_default=True, help="default | rocksdb. State store of the query's stateful operators at its first start (the checkpoint keeps it); rocksdb lets Spark 4.2+ repartition the state live.")
 @click.option("--state-partitions", default=None, type=int, help="State-store partitions at the query's first start [default: the session's spark.sql.shuffle.partitions, 2].")
-@click.option("--restore-config", is_flag=True, help="Resuming --out: start with the policy, window slide, target and Flumina workers the run's journal last committed (live reconfigurations), not the options given.")
+@click.option("--restore-config", is_flag=True, help="Resuming --out: start with the policy, window slide, target, Flumina workers and source partitions the run's journal last committed (live reconfigurations), not the options given.")
 def run(workload, traffic, rate, spread, policy, trigger_s, slide_s, tumbling, duration, speedup, seed, out, input_dir, spool, master, read_mode, output, device_mode, inflection_point, optimizer, confs, jars, tune, partitions, history, state_store, state_partitions, restore_config):
     """Run a stream under an admission policy and record its metrics.
 

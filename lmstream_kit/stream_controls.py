@@ -257,11 +257,11 @@ class StreamControls(Tunable):
         return {"op": op, "value": value, "now": now, "transaction": txns[-1] if len(txns) > before else None}
 
     #: journal ops a restarted run can take back from the journal (``restore_config``), and how
-    _RESTORABLE = ("policy", "window_slide_s", "target_s", "flumina_workers")
+    _RESTORABLE = ("policy", "window_slide_s", "target_s", "flumina_workers", "source_partitions")
 
     def _restore_config(self) -> dict:
-        """Before the query starts: take the last committed policy, window slide, latency target and
-        Flumina workers from the journal, in the order they committed; ``{op: value}`` restored, or
+        """Before the query starts: take the last committed policy, window slide, latency target,
+        Flumina workers and source partitions from the journal, in the order they committed; ``{op: value}`` restored, or
         ``"not restored: <why>"``."""
         restored: dict = {}
         for op, t in self.journal.committed().items():

@@ -18,6 +18,7 @@ lmstream_kit.exceptions.ConfigError: source.partitions must be >= 1, got 0
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -41,17 +42,57 @@ class PlannedPartitions:
     """The hooks of a controller that sets the source's input partitions from its ``partitions``.
 
     The value in force when the gate admits a batch is the one the source gets when Spark plans it,
-    so a change is in force from the next admitted batch.
+    so a change is in force from the next admitted batch.  A change asked by hand
+    (``set_param("partitions", n)``, ``lmstream-kit reconfigure --set source.partitions=n``) on a
+    stream with a journal is a transaction of its own (:data:`JOURNAL_OP`): requested and prepared
+    when asked, applied with the first batch admitted after it, committed when that batch completed.
+    A tuner's own moves are transactions too, with the reason it gave (``why``).
     """
 
     partitions: int
+    #: the journal's op for a change of the source's partitions
+    JOURNAL_OP = "source_partitions"
+    _journal_lock = threading.Lock()
+
+    def _journal_partitions(self, old: int, value: int, why: str = "") -> None:
+        """Journal a change of ``partitions`` (nothing where the host keeps no journal)."""
+        journal = getattr(getattr(self, "_host", None), "journal", None)
+        if journal is None or old == value:
+            return
+        txn = journal.begin(self.JOURNAL_OP, old=old, value=value, **({"why": why} if why else {}))
+        txn.step("prepared")
+        with self._journal_lock:
+            self._txns = [*getattr(self, "_txns", []), ["admit", txn]]
+
+    def _txns_at(self, stage: str) -> list:
+        with self._journal_lock:
+            return [t for t in getattr(self, "_txns", []) if t[0] == stage]
 
     def on_admit(self, pending: Sequence[Any]) -> Mapping[str, Any] | None:
         self._for_next = self.partitions  # a change is in force from the next admitted batch
+        for t in self._txns_at("admit"):
+            t[0] = "run"
         return None
 
     def on_plan(self, start: int, end: int) -> Mapping[str, Any] | None:
         return {"partitions": getattr(self, "_for_next", self.partitions)}
+
+    def before_batch(self, ctx: BatchContext) -> Mapping[str, Any] | None:
+        for t in self._txns_at("run"):  # the batch admitted after the change: the first in force
+            t[0] = "done"
+            t[1].step("applied", batch_id=int(ctx.batch_id))
+        return super().before_batch(ctx)
+
+    def after_batch(self, record: Any) -> Mapping[str, Any] | None:
+        for t in self._txns_at("done"):
+            t[1].step("committed", batch_id=int(record.batch_id))
+        with self._journal_lock:
+            self._txns = [t for t in getattr(self, "_txns", []) if t[1].state not in ("committed", "aborted")]
+        return super().after_batch(record)
+
+    def in_force(self) -> Mapping[str, Any]:
+        """The partitions in force (how a restart after a crash ends an open change of them)."""
+        return {self.JOURNAL_OP: self.partitions}
 
 
 class InputPartitions(PlannedPartitions, BatchController):
@@ -74,8 +115,18 @@ class InputPartitions(PlannedPartitions, BatchController):
     def __init__(self, partitions: int = 2) -> None:
         super().__init__()
         self.partitions = self.param("partitions").validate(partitions)
+        self._host = None
+
+    def plugged(self, host: Any) -> None:
+        self._host = host  # its journal takes the changes asked by hand
+
+    def _apply_partitions(self, value: int) -> None:
+        old, self.partitions = self.partitions, value
+        self._journal_partitions(old, value)
+        self.log_change("partitions", value, old=old)
 
     def before_batch(self, ctx: BatchContext) -> Mapping[str, Any] | None:
+        super().before_batch(ctx)
         return input_partitions_field(ctx)
 
 

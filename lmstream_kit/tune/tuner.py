@@ -180,6 +180,7 @@ class ParallelismTuner(PlannedPartitions, OperatorMetrics):
         self._recommend_only: str | None = None  # why it may not apply (a query the kit did not build)
         self._blocked: dict[str, str | None] = {}  # knob kind -> why the stream cannot set it, this batch
         self._host = None  # the stream it is plugged into (None in the simulator: every knob applies there)
+        self._why = ""  # why the partitions change (the tuner's reason), for the journal
 
     def plugged(self, host) -> None:
         """Plugged into a stream (:class:`~lmstream_kit.protocol.StreamHost`): where the stream cannot set
@@ -242,6 +243,7 @@ class ParallelismTuner(PlannedPartitions, OperatorMetrics):
         old, self.partitions = self.partitions, value
         if SOURCE_STAGE in self.knobs:
             self.applied[SOURCE_STAGE] = value
+        self._journal_partitions(old, value, why=self._why)  # a journal transaction, the tuner's or by hand
         self.log_change("partitions", value, old=old)
 
     def pin(self, key: str, parallelism: int) -> None:
@@ -356,7 +358,11 @@ class ParallelismTuner(PlannedPartitions, OperatorMetrics):
                     continue
                 changed = True
                 if key == SOURCE_STAGE:
-                    self.set_param("partitions", want)
+                    self._why = f"tuner: {reason[key]}"
+                    try:
+                        self.set_param("partitions", want)
+                    finally:
+                        self._why = ""
                 else:
                     self.log_change(f"parallelism.{key}", want, old=self.applied.get(key))
                 self.applied[key] = want
