@@ -101,6 +101,12 @@ def test_the_input_partitions_knob_sets_the_first_stages_parallelism_from_the_ne
     after = [(t, n) for (t, _, n), r in zip(tasks, data) if r["batch_id"] >= first]
     assert before and set(before) == {1}
     assert after and all(t == min(3, n) for t, n in after) and any(t == 3 for t, _ in after)
+    # and a journal transaction, committed by that batch
+    from lmstream_kit.journal import Journal
+
+    [txn] = Journal(tmp_path / "run").transactions()
+    assert (txn["op"], txn["old"], txn["value"], txn["state"], txn["batch_id"]) == (
+        "source_partitions", 1, 3, "committed", first)
 
 
 @pytest.mark.spark
@@ -126,3 +132,9 @@ def test_the_tuner_sets_the_source_partitions_of_a_running_stream(spark, tmp_pat
     changes = [c for r in s.records for c in r.get("changes") or () if c["param"] == "tuner.partitions"]
     assert changes and changes[0]["old"] == 3 and changes[-1]["value"] == tasks[-1]
     assert all(r["tuner_reason"]["j0.s1"].startswith("fixed: ") for r in data)
+    # each of its moves is a journal transaction with its reason
+    from lmstream_kit.journal import Journal
+
+    txns = Journal(tmp_path / "run").transactions()
+    assert [(t["op"], t["value"]) for t in txns] == [("source_partitions", c["value"]) for c in changes]
+    assert all(t["state"] == "committed" and t["why"].startswith("tuner: apply") for t in txns), txns
