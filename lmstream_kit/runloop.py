@@ -193,10 +193,9 @@ class RunLoop:
         with self.lock:
             span, admission = self.book.begin_batch()
             controllers = self.controllers
-        # changes read when a batch runs are in force from the batch that starts now
-        changes = self.changelog.take(BATCH)
         at_admission = dict(admission.fields) if admission else {}
         settings = self.settings()
+        changes: list = []
         try:
             datasets = self.spool.datasets(span[0], span[1]) if span else []
             ctx = BatchContext(batch.batch_id, batch_bytes(datasets), sum(int(d.rows) for d in datasets),
@@ -204,6 +203,9 @@ class RunLoop:
             fields: dict[str, Any] = {}
             for controller in controllers:
                 fields.update(controller.before_batch(ctx) or {})
+            # changes read when a batch runs are in force from the batch that starts now, those the
+            # controllers applied in before_batch (a Flumina rescale) included
+            changes = self.changelog.take(BATCH)
             try:
                 out_rows, run_fields = self.placement.run_batch(ctx, settings.output_dir)
             except Exception as exc:

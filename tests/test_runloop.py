@@ -117,6 +117,34 @@ def test_changes_are_stamped_with_the_first_batch_they_are_in_force_for():
     assert loop.records[0]["changes"] is None
 
 
+def test_a_change_a_controller_applies_in_before_batch_is_stamped_with_that_batch():
+    """A Flumina rescale is logged when its before_batch applies it: the batch starting then carries it,
+    also where it was asked in the instant before that batch's hooks ran."""
+    from lmstream_kit.flumina.batches import BatchRunner
+    from lmstream_kit.flumina.live import FluminaControl
+    from lmstream_kit.flumina.plan import greedy_plan
+    from lmstream_kit.flumina.spec import value_barrier_spec
+
+    class AsksMidway(BatchController):
+        """Asks for the rescale while batch 2's hooks run, before the Flumina control's turn."""
+
+        def before_batch(self, ctx):
+            if ctx.batch_id == 2:
+                control.set_param("workers", 2)
+
+    spec = value_barrier_spec(3)
+    loop = make(AdmitAll("asap"), n=4)
+    loop.add_controller(AsksMidway())
+    control = loop.add_controller(FluminaControl(BatchRunner(spec, greedy_plan(spec, 3))))
+    loop.spool.items = loop.spool.items[:2]
+    run(loop, 0, batch_id=1)
+    loop.spool = FakeSpool(4)
+    _, second = run(loop, 2, batch_id=2)
+    assert second["flumina_workers"] == 2
+    assert [(c["param"], c["old"], c["value"]) for c in second["changes"]] == [("flumina.workers", 3, 2)]
+    assert loop.records[0]["changes"] is None
+
+
 def test_a_failing_batch_keeps_its_offsets_and_is_raised_for_spark():
     class Broken(Runner):
         def run_batch(self, ctx, output_dir):

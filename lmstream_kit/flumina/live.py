@@ -93,8 +93,10 @@ def moved_plan(plan: Plan, tags: Iterable[Any], to: str) -> Plan:
 class _Request:
     """One change waiting for the next batch: what it does to the runner, and its transaction."""
 
-    def __init__(self, op: str, value: Any, apply: Callable[[Any], None], txn: Any) -> None:
+    def __init__(self, op: str, value: Any, apply: Callable[[Any], None], txn: Any, old: Any = None,
+                 detail: Mapping[str, Any] | None = None) -> None:
         self.op, self.value, self.apply, self.txn = op, value, apply, txn
+        self.old, self.detail = old, dict(detail or {})
 
 
 class FluminaControl(BatchController):
@@ -181,9 +183,8 @@ class FluminaControl(BatchController):
             raise
         if txn is not None:
             txn.step("prepared")
-        with self._lock:
-            self._pending.append(_Request(op, value, apply, txn))
-        self.log_change(op.removeprefix("flumina_"), value, old=old, **detail)
+        with self._lock:  # logged as a change when applied: the batch it starts with carries it
+            self._pending.append(_Request(op, value, apply, txn, old, detail))
 
     def _apply_workers(self, workers: int) -> None:
         """Rescale: from the next batch on, a greedy plan with at most ``workers`` workers."""
@@ -292,6 +293,7 @@ class FluminaControl(BatchController):
                     req.txn.abort(reason, batch_id=int(ctx.batch_id))
                 self.log_change(req.op.removeprefix("flumina_"), None, aborted=reason, requested=req.value)
                 continue
+            self.log_change(req.op.removeprefix("flumina_"), req.value, old=req.old, **req.detail)
             if req.txn is not None:
                 req.txn.step("applied", batch_id=int(ctx.batch_id), workers=len(runner.plan.workers))
                 with self._lock:
