@@ -214,14 +214,11 @@ def flumina_problems(run: Path, example: str) -> tuple[list[str], int]:
     import pyarrow.parquet as pq
 
     from lmstream_kit.feed.spool import Spool
-    from lmstream_kit.flumina import EXAMPLES, Event, run_sequential
+    from lmstream_kit.flumina import EXAMPLES, run_sequential
+    from lmstream_kit.flumina.tables import table_events
     from lmstream_kit.workloads.flumina import FLUMINA_EXAMPLES
 
-    table = Spool(run / "spool", create=False).read_table().sort_by([("ts", "ascending"), ("seq", "ascending")])
-    codec = FLUMINA_EXAMPLES[example].codec
-    payloads = [codec.decode(p) if codec else p for p in table.column("payload").to_pylist()]
-    events = [Event(t, ts, p) for t, ts, p in zip(table.column("tag").to_pylist(), table.column("ts").to_pylist(),
-                                                   payloads)]
+    events = table_events(Spool(run / "spool", create=False).read_table(), codec=FLUMINA_EXAMPLES[example].codec)
     _, outputs = run_sequential(EXAMPLES.get(example).spec(FLUMINA_SHARDS), events)
     files = sorted((run / "output").glob("part-*.parquet"))
     got = Counter(pa.concat_tables([pq.read_table(f) for f in files]).column("output").to_pylist()) if files \

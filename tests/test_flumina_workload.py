@@ -12,7 +12,8 @@ import pytest
 
 from lmstream_kit.exceptions import ConfigError
 from lmstream_kit.feed.spool import Spool
-from lmstream_kit.flumina import EXAMPLES, Event, run_sequential
+from lmstream_kit.flumina import EXAMPLES, run_sequential
+from lmstream_kit.flumina.tables import table_events
 from lmstream_kit.workloads.flumina import FLUMINA_EXAMPLES, flumina_workload
 
 
@@ -22,11 +23,8 @@ def _outputs(run):
 
 
 def _sequential(run, example, parts):
-    rows = Spool(run / "spool", create=False).read_table().sort_by([("ts", "ascending"), ("seq", "ascending")])
-    codec = FLUMINA_EXAMPLES[example].codec
-    payloads = [codec.decode(p) if codec else p for p in rows.column("payload").to_pylist()]
-    events = [Event(t, ts, p) for t, ts, p in zip(rows.column("tag").to_pylist(), rows.column("ts").to_pylist(),
-                                                   payloads)]
+    rows = Spool(run / "spool", create=False).read_table()
+    events = table_events(rows, codec=FLUMINA_EXAMPLES[example].codec)
     return run_sequential(EXAMPLES.get(example).spec(parts), events), rows.num_rows
 
 
@@ -176,14 +174,9 @@ def test_workers_rescale_tags_migrate_and_the_logic_swaps_while_the_stream_runs(
     before = sum(r["n_datasets"] for r in s.records if r["batch_id"] < swap_batch)
     spool = Spool(run / "spool", create=False)
 
-    def events(table):
-        table = table.sort_by([("ts", "ascending"), ("seq", "ascending")])
-        return [Event(t, ts, p) for t, ts, p in zip(table.column("tag").to_pylist(), table.column("ts").to_pylist(),
-                                                    table.column("payload").to_pylist())]
-
     spec = EXAMPLES.get("value_barrier").spec(3)
-    mid, first = run_sequential(spec, events(spool.read_table(0, before)))
-    _, second = run_sequential(dataclasses.replace(spec, update=doubled), events(spool.read_table(before)),
+    mid, first = run_sequential(spec, table_events(spool.read_table(0, before)))
+    _, second = run_sequential(dataclasses.replace(spec, update=doubled), table_events(spool.read_table(before)),
                                state=times_ten(mid))
     assert len(first) > 5 and len(second) > 5
     assert _outputs(run) == [repr(o) for o in first + second]

@@ -23,7 +23,7 @@ import pyarrow as pa
 from ..exceptions import ConfigError
 from .spec import Event
 
-__all__ = ["PAGE_VIEW", "Codec", "events_table"]
+__all__ = ["PAGE_VIEW", "Codec", "events_table", "table_events"]
 
 
 class Codec(NamedTuple):
@@ -69,6 +69,21 @@ def events_table(events: Iterable[Event], payload_type: pa.DataType, *, codec: C
         "payload": payload,
         "seq": pa.array(range(n) if seq is None else seq, pa.int64()),
     })
+
+
+def table_events(table: pa.Table, *, codec: Codec | None = None) -> list[Event]:
+    """The inverse of :func:`events_table`: the rows as events, in the sequential order (``ts``, ties
+    by ``seq``), payloads decoded with ``codec``.
+
+    >>> t = events_table([Event("update", 2.0, (3, 7)), Event("view0", 1.0, 3)], pa.list_(pa.int64()), codec=PAGE_VIEW)
+    >>> table_events(t, codec=PAGE_VIEW)
+    [Event(tag='view0', ts=1.0, payload=3), Event(tag='update', ts=2.0, payload=(3, 7))]
+    """
+    table = table.sort_by([("ts", "ascending"), ("seq", "ascending")])
+    decode = codec.decode if codec is not None else (lambda p: p)
+    return [Event(tag, ts, decode(p)) for tag, ts, p in zip(table.column("tag").to_pylist(),
+                                                            table.column("ts").to_pylist(),
+                                                            table.column("payload").to_pylist())]
 
 
 def _fits(value: Any, payload_type: pa.DataType) -> bool:
