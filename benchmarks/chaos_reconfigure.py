@@ -13,9 +13,12 @@ everything spooled (what the killed runs left pending too) and stops by itself.
 
 With ``--workload LR2S`` (a stateful query over a sliding window) the window slide changes too, a
 restart from the checkpoint with a new window.  With ``--workload flumina:EXAMPLE`` (a Flumina
-program, e.g. ``flumina:value_barrier``, its states kept by the kit) the number of workers changes
-too, live: ``reconfigure --set flumina.workers=N`` forks or joins the workers' states at a batch
-boundary, and a kill during it must leave the old or the new plan, never a mix.
+program, e.g. ``flumina:value_barrier``, its states kept by the kit) its workers, their tags and
+its logic change too, live, at a batch boundary: ``reconfigure --set flumina.workers=N`` forks or
+joins the workers' states, ``--set "flumina.move=a2 -> w1"`` migrates a tag's state to another
+worker, and ``--set flumina.logic=v2`` swaps the update function for one of the program's named
+logics (its own, or the same one with its outputs labelled ``v2`` or ``v3``).  A kill during any
+of them must leave the old or the new configuration, never a mix.
 
 Then it checks what the reconfiguration issue asks:
 
@@ -27,7 +30,9 @@ Then it checks what the reconfiguration issue asks:
 * **one configuration in force**: each run's first batch ran under the policy it was started with,
   never a mix of an interrupted change;
 * for a Flumina program, **the outputs equal the sequential run's** over every spooled event, each
-  output once, whatever the workers were rescaled to and wherever the kills fell.
+  output once, whatever the workers were rescaled to and wherever the kills fell; the sequential
+  run takes each batch under the logic the journal says was in force for it, and each batch's
+  record must say it ran under that logic.
 
 It writes ``chaos-reconfigure-<host>-<time>.json`` and ``.csv`` (one row per run: how it ended, the
 reconfigurations asked and how each ended) and prints the verdict; exit status 1 where a check
@@ -62,6 +67,9 @@ _NEXT = {None: {"requested"}, "requested": {"prepared", "aborted"}, "prepared": 
 #: the Flumina program's workers at the start, its input shards (the most workers it can have: the
 #: rescales go from 1 to this), and about one sync event per this many
 FLUMINA_WORKERS, FLUMINA_SHARDS, FLUMINA_SYNC_EVERY = 2, 4, 200
+#: the Flumina program's logics by name: its own, and the same update with its outputs labelled
+#: (:func:`~lmstream_kit.flumina.examples.labelled`), so an output made under the wrong logic shows
+FLUMINA_LOGICS = ("initial", "v2", "v3")
 
 
 def flumina_example(workload: str) -> str | None:
@@ -75,9 +83,13 @@ def workload_arg(run: Path, workload: str) -> str:
     if example is None:
         return workload
     path = run.parent / f"{run.name}-flumina.py"
-    path.write_text("from lmstream_kit.workloads.flumina import flumina_workload\n\n"
+    logics = ", ".join(f"{name!r}: labelled(update, {name!r})" for name in FLUMINA_LOGICS[1:])
+    path.write_text("from lmstream_kit.flumina import EXAMPLES\n"
+                    "from lmstream_kit.flumina.examples import labelled\n"
+                    "from lmstream_kit.workloads.flumina import flumina_workload\n\n"
+                    f"update = EXAMPLES.get({example!r}).spec({FLUMINA_SHARDS}).update\n"
                     f"W = flumina_workload({example!r}, parallelism={FLUMINA_WORKERS}, shards={FLUMINA_SHARDS}, "
-                    f"sync_every={FLUMINA_SYNC_EVERY}, bound_s=5.0)\n")
+                    f"sync_every={FLUMINA_SYNC_EVERY}, bound_s=5.0, logics={{{logics}}})\n")
     return f"{path}:W"
 
 
@@ -124,9 +136,13 @@ def reconfigure(run: Path, rng: random.Random, windowed: bool, flumina: bool = F
     workload's window slide changes too (a restart from the checkpoint), a ``flumina`` program's
     workers too (live: a fork or a join of their states)."""
     op = rng.choice(["target", "policy", "policy", "restart", "rate", *(["slide", "slide"] if windowed else []),
-                     *(["workers"] * 4 if flumina else [])])
+                     *(["workers"] * 3 + ["logic"] * 3 + ["move"] * 2 if flumina else [])])
     if op == "workers":
         change = ["--set", f"flumina.workers={rng.choice(range(1, FLUMINA_SHARDS + 1))}"]
+    elif op == "logic":
+        change = ["--set", f"flumina.logic={rng.choice(FLUMINA_LOGICS)}"]
+    elif op == "move":  # a tag's state to worker w1 or w2 (refused, in one line, where the plan has no such worker)
+        change = ["--set", f"flumina.move=a{rng.randrange(FLUMINA_SHARDS)} -> w{rng.choice([1, 2])}"]
     elif op == "slide":
         change = ["--slide", f"{rng.choice([5, 10, 15]):g}"]
     elif op == "target":
@@ -207,25 +223,65 @@ def row_problems(run: Path) -> tuple[list[str], int]:
     return problems, fed.num_rows
 
 
+def last_records(run: Path) -> dict[int, dict]:
+    """The last record of each batch id (a batch replayed after a kill has the same id)."""
+    last: dict[int, dict] = {}
+    for line in (run / "metrics.jsonl").read_text().splitlines():
+        if line.strip():
+            r = json.loads(line)
+            last[int(r["batch_id"])] = r
+    return last
+
+
+def logic_timeline(run: Path) -> list[tuple[int, str]]:
+    """``(batch id, logic)``: each committed logic swap (``flumina_logic``) at the batch it was applied at."""
+    entries = [json.loads(line) for line in (run / "reconfig.jsonl").read_text().splitlines() if line.strip()] \
+        if (run / "reconfig.jsonl").is_file() else []
+    applied = {int(e["txn"]): int(e["batch_id"]) for e in entries if e["state"] == "applied" and "batch_id" in e}
+    committed = [(applied.get(int(e["txn"]), -1), e["txn"]) for e in entries
+                 if e.get("op") == "flumina_logic" and e["state"] == "committed"]
+    value = {int(e["txn"]): e["value"] for e in entries if e["state"] == "requested"}
+    return sorted((at, value[int(txn)]) for at, txn in committed)
+
+
 def flumina_problems(run: Path, example: str) -> tuple[list[str], int]:
     """Where a Flumina program's outputs differ from the sequential run over every spooled event
-    (outputs compared as a bag, each once), and how many outputs there are."""
+    (outputs compared as a bag, each once), and how many outputs there are.  The sequential run
+    takes the batches in order, each under the logic the journal says was in force for it (a
+    committed swap is in force from the batch it was applied at); each batch's record must say it
+    ran under that logic."""
+    import dataclasses
+
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     from lmstream_kit.feed.spool import Spool
     from lmstream_kit.flumina import EXAMPLES, run_sequential
+    from lmstream_kit.flumina.examples import labelled
     from lmstream_kit.flumina.tables import table_events
     from lmstream_kit.workloads.flumina import FLUMINA_EXAMPLES
 
-    events = table_events(Spool(run / "spool", create=False).read_table(), codec=FLUMINA_EXAMPLES[example].codec)
-    _, outputs = run_sequential(EXAMPLES.get(example).spec(FLUMINA_SHARDS), events)
+    spool, codec = Spool(run / "spool", create=False), FLUMINA_EXAMPLES[example].codec
+    spec = EXAMPLES.get(example).spec(FLUMINA_SHARDS)
+    timeline = logic_timeline(run)
+    problems = [f"a committed logic swap to {name!r} has no batch it was applied at" for at, name in timeline if at < 0]
+    state, outputs = spec.init(), []
+    for b, r in sorted(last_records(run).items()):
+        if not r.get("rows"):
+            continue
+        logic = next((name for at, name in reversed(timeline) if at <= b), FLUMINA_LOGICS[0])
+        if r.get("flumina_logic") != logic:
+            problems.append(f"batch {b} ran under logic {r.get('flumina_logic')!r}, the journal says {logic!r}")
+        run_spec = spec if logic == FLUMINA_LOGICS[0] else dataclasses.replace(spec, update=labelled(spec.update, logic))
+        state, out = run_sequential(run_spec, table_events(spool.read_table(r["start_seq"], r["end_seq"]), codec=codec),
+                                    state=state)
+        outputs += out
     files = sorted((run / "output").glob("part-*.parquet"))
     got = Counter(pa.concat_tables([pq.read_table(f) for f in files]).column("output").to_pylist()) if files \
         else Counter()
     want = Counter(repr(o) for o in outputs)
     missing, extra = sum((want - got).values()), sum((got - want).values())
-    problems = ([f"{missing} output(s) of the sequential run are not in the program's output"] if missing else []) \
+    problems += ([f"{missing} output(s) of the sequential run are not in the program's output"] if missing else []) \
         + ([f"{extra} output(s) are not the sequential run's, or there twice"] if extra else [])
     return problems, sum(want.values())
 

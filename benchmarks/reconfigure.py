@@ -18,10 +18,16 @@ For each offered rate (more rows in the join's or window's state), one stream (R
 With ``--workload flumina:EXAMPLE`` (a Flumina program, whose state the kit keeps) the changes are:
 
 * ``rescale``: ``FluminaControl`` workers ``--from`` -> ``--to`` at the next batch, a join and a fork
-  of the workers' states, with no restart;
+  of the workers' states, with no restart; Spark is readied for the new workers first (their
+  partition keys, a Python worker each with the pass's modules loaded);
+* ``rescale_cold``: the same without readying Spark first (``FluminaControl.warm = False``);
 * ``logic`` (``value_barrier`` only): a new update function with a state transformer, no restart;
 * ``restart``: as above, the stop-and-restart baseline (a restart with another parallelism costs
   the same: the snapshot is re-forked on the new plan when the runner starts).
+
+``--ops`` may hold groups separated by ``;`` that take turns over the streams: ``--rates
+4000,4000,4000,4000 --ops "rescale_cold,restart;rescale,restart"`` compares both rescales side by
+side, each beside its own restart.
 
 Per change it writes: the state's rows (Spark's ``numRowsTotal``) and bytes on disk, the whole
 change's seconds where the query restarts (admission held, the admitted batches committed, stop,
@@ -94,7 +100,7 @@ def workload_for(args):
                             bound_s=args.trigger_s, work=args.work)
 
 
-def one_rate(rate: float, args, spark, run_dir: Path) -> list[dict]:
+def one_rate(rate: float, args, spark, run_dir: Path, ops: list[str]) -> list[dict]:
     from lmstream_kit.flumina.live import FluminaControl
     from lmstream_kit.live import LiveStream
 
@@ -105,19 +111,23 @@ def one_rate(rate: float, args, spark, run_dir: Path) -> list[dict]:
     rows = []
     s.start()
     try:
-        for kind in args.ops:
+        for kind in ops:
             n = len([r for r in s.records if r.get("rows")])
             s.wait(until=lambda st: len([r for r in st.records if r.get("rows")]) >= n + args.warm, timeout=600)
             progress = s.query.lastProgress or {}
             size = {"state_rows": sum(int(op.get("numRowsTotal") or 0) for op in progress.get("stateOperators") or []),
                     "state_bytes": state_bytes(run_dir / "checkpoint")}
             param = {"swap": "batch.function", "restart": "restart", "repartition": "state_partitions",
-                     "rescale": "flumina.workers", "logic": "flumina.logic"}[kind]
+                     "rescale": "flumina.workers", "rescale_cold": "flumina.workers", "logic": "flumina.logic"}[kind]
             flumina = next((c for c in s.controllers if isinstance(c, FluminaControl)), None)
-            if kind == "rescale":
+            if kind in ("rescale", "rescale_cold"):
                 size["flumina_events_per_batch"] = round(statistics.mean(
                     r.get("flumina_events") or 0 for r in s.records[-args.warm:]), 1)
+                flumina.warm = kind == "rescale"
                 flumina.set_param("workers", args.to_partitions)
+                warmed = next((t.get("warm_s") for t in reversed(s.journal.transactions())
+                               if t["op"] == "flumina_workers"), None)
+                size["warm_s"] = warmed
             elif kind == "logic":
                 flumina.set_update(_doubled, transform=_times_ten, name="doubled")
             elif kind == "swap":  # a new per-batch function: the result's first column renamed
@@ -132,7 +142,7 @@ def one_rate(rate: float, args, spark, run_dir: Path) -> list[dict]:
             change = next(c for r in s.records for c in r.get("changes") or [] if c.get("param") == param)
             rows.append({"rate": rate, "change": kind, **size,
                          "partitions": f"{args.from_partitions}->{args.to_partitions}"
-                         if kind in ("repartition", "rescale") else str(args.from_partitions),
+                         if kind in ("repartition", "rescale", "rescale_cold") else str(args.from_partitions),
                          "change_s": change.get("restart_s"), "repartition_s": change.get("repartition_s"),
                          **change_costs(s.records, param, wall_trigger)})
     finally:
@@ -149,7 +159,8 @@ def main(argv=None) -> int:
     ap.add_argument("--to", dest="to_partitions", type=int, default=4, help="state partitions after the change")
     ap.add_argument("--warm", type=int, default=5, help="batches before each change")
     ap.add_argument("--ops", default=None, help="the changes, in order: swap, restart, repartition; for a Flumina "
-                    "workload rescale, logic, restart [default: all, in that order]")
+                    "workload rescale, rescale_cold, logic, restart [default: all but rescale_cold, in that order]; "
+                    "groups separated by ';' take turns over the streams")
     ap.add_argument("--work", type=int, default=0, help="a Flumina workload's extra per-event work (rounds)")
     ap.add_argument("--speedup", type=float, default=4.0)
     ap.add_argument("--trigger-s", type=float, default=8.0, help="the fixed trigger, simulated seconds")
@@ -164,10 +175,12 @@ def main(argv=None) -> int:
         print(f"error: --rates must be positive numbers and --from/--to >= 1, got {args.rates!r}", file=sys.stderr)
         return 2
     flumina = args.workload.startswith("flumina:")
-    known = ("rescale", "logic", "restart") if flumina else ("swap", "restart", "repartition")
-    args.ops = [x.strip() for x in (args.ops or ",".join(known)).split(",") if x.strip()]
+    known = ("rescale", "rescale_cold", "logic", "restart") if flumina else ("swap", "restart", "repartition")
+    default = ",".join(k for k in known if k != "rescale_cold")
+    groups = [[x.strip() for x in group.split(",") if x.strip()] for group in (args.ops or default).split(";")]
+    args.ops = [x for group in groups for x in group]
     unknown = [x for x in args.ops if x not in known]
-    if unknown or not args.ops:
+    if unknown or not all(groups):
         print(f"error: --ops takes {', '.join(known)} for {args.workload}, got {args.ops!r}", file=sys.stderr)
         return 2
     if flumina and "logic" in args.ops and args.workload != "flumina:value_barrier":
@@ -194,8 +207,8 @@ def main(argv=None) -> int:
     tmp = Path(tempfile.mkdtemp(prefix="reconfigure-"))
     runs = []
     try:
-        for rate in tqdm(rates, unit="stream", desc=f"reconfigure {args.workload}"):
-            runs += one_rate(rate, args, spark, tmp / f"r{rate:g}")
+        for i, rate in enumerate(tqdm(rates, unit="stream", desc=f"reconfigure {args.workload}")):
+            runs += one_rate(rate, args, spark, tmp / f"s{i}-r{rate:g}", groups[i % len(groups)])
     finally:
         spark.stop()
         shutil.rmtree(tmp, ignore_errors=True)

@@ -96,6 +96,9 @@ def _default_history():
 @click.option("--out", "out", default=None, type=click.Path(path_type=Path), help="Run directory [default: runs/WORKLOAD-POLICY-TIME].")
 @click.option("--input", "input_dir", default=None, type=click.Path(path_type=Path), help="Read rows from CSV/JSON/Parquet files landing in this directory.")
 @click.option("--spool", default=None, help="Spool location (path or pyarrow URI, e.g. file:///shared/spool) [default: RUN/spool].")
+@click.option("--feed", "feed", default=None, metavar="kafka://HOST:PORT/TOPIC", help="Send the generated traffic through this Kafka topic (created with --kafka-partitions where missing) and stream from it.")
+@click.option("--kafka", "kafka", default=None, metavar="kafka://HOST:PORT/TOPIC", help="Stream from a Kafka topic that others write to (JSON values of the workload's columns); --duration is the seconds to watch it.")
+@click.option("--kafka-partitions", default=2, show_default=True, type=int, help="Partitions of a topic --feed creates.")
 @click.option("--master", default="local[2]", show_default=True, help="Spark master: local[N] or spark://host:port.")
 @click.option("--read", "read_mode", default="auto", show_default=True, type=click.Choice(["auto", "driver", "executors"]), help="Where batches are read: in the driver (no Python task per batch) or on executors; auto = driver for local masters.")
 @click.option("--output", default="parquet", show_default=True, type=click.Choice(["parquet", "noop"]), help="Write query results to RUN/output, or drop them.")
@@ -110,7 +113,7 @@ def _default_history():
 @click.option("--state-store", default="default", show_default=True, help="default | rocksdb. State store of the query's stateful operators at its first start (the checkpoint keeps it); rocksdb lets Spark 4.2+ repartition the state live.")
 @click.option("--state-partitions", default=None, type=int, help="State-store partitions at the query's first start [default: the session's spark.sql.shuffle.partitions, 2].")
 @click.option("--restore-config", is_flag=True, help="Resuming --out: start with the policy, window slide, target, Flumina workers and source partitions the run's journal last committed (live reconfigurations), not the options given.")
-def run(workload, traffic, rate, spread, policy, trigger_s, slide_s, tumbling, duration, speedup, seed, out, input_dir, spool, master, read_mode, output, device_mode, inflection_point, optimizer, confs, jars, tune, partitions, history, state_store, state_partitions, restore_config):
+def run(workload, traffic, rate, spread, policy, trigger_s, slide_s, tumbling, duration, speedup, seed, out, input_dir, spool, feed, kafka, kafka_partitions, master, read_mode, output, device_mode, inflection_point, optimizer, confs, jars, tune, partitions, history, state_store, state_partitions, restore_config):
     """Run a stream under an admission policy and record its metrics.
 
     Shows a live progress line (batches, rows, current maximum latency) and a
@@ -133,8 +136,19 @@ def run(workload, traffic, rate, spread, policy, trigger_s, slide_s, tumbling, d
         raise KitError(f"unknown --tune {tune!r} (use {', '.join(TUNE_CHOICES)})")
     if not 1 <= partitions <= 4096:
         raise KitError(f"--partitions must be between 1 and 4096, got {partitions}")
+    if feed is not None and kafka is not None:
+        raise KitError("--feed and --kafka exclude each other (--feed: the generator writes the topic; "
+                       "--kafka: others do)")
+    if feed is not None and not str(feed).startswith("kafka://"):
+        raise KitError(f"--feed takes a Kafka topic, kafka://HOST:PORT/TOPIC, got {feed!r}")
+    topic = feed if feed is not None else kafka
+    watch = input_dir is not None or kafka is not None  # no generator: --duration is wall seconds to watch
     workload = load_workload(workload)
     controllers = _tuning_controllers(tune, partitions, history)
+    if master is not None and not master.startswith("local"):  # a cluster: its executors are a live control
+        from .tune.executors import ClusterExecutors
+
+        controllers = (*controllers, ClusterExecutors())
     if tune in ("ds2", "learned") and read_mode == "auto":
         read_mode = "executors"  # the tuner's knob: the source splits each batch into partitions
     if out is None:
@@ -142,12 +156,12 @@ def run(workload, traffic, rate, spread, policy, trigger_s, slide_s, tumbling, d
     stream = LiveStream(
         workload,
         policy=policy,
-        traffic=traffic,
+        traffic=None if kafka is not None else traffic,
         rate=rate,
         spread=spread,
         speedup=speedup,
         seed=seed,
-        duration_s=None if input_dir is not None else duration,
+        duration_s=None if watch else duration,
         run_dir=out,
         input_dir=input_dir,
         spool=spool,
@@ -165,10 +179,13 @@ def run(workload, traffic, rate, spread, policy, trigger_s, slide_s, tumbling, d
         state_store=state_store,
         state_partitions=state_partitions,
         restore_config=restore_config,
+        kafka=topic,
+        kafka_partitions=kafka_partitions,
     )
+    source = ("input " + str(input_dir) if input_dir else f"topic {kafka}" if kafka
+              else stream.traffic_spec + " traffic" + (f" through {feed}" if feed else ""))
     click.echo(
-        f"lmstream-kit: {stream.workload.name} under {stream.policy.name}, "
-        f"{'input ' + str(input_dir) if input_dir else stream.traffic_spec + ' traffic'}, "
+        f"lmstream-kit: {stream.workload.name} under {stream.policy.name}, {source}, "
         f"speedup {speedup:g}x, run directory {out}"
     )
     click.echo("starting Spark ...")
@@ -176,7 +193,7 @@ def run(workload, traffic, rate, spread, policy, trigger_s, slide_s, tumbling, d
     click.echo(f"device mode: {stream.device_mode.mode} ({stream.device_mode.reason})")
     interrupted = False
     try:
-        _progress(stream, duration=duration, watch_input=input_dir is not None)
+        _progress(stream, duration=duration, watch_input=watch)
     except KeyboardInterrupt:
         interrupted = True
         click.echo("interrupted: stopping cleanly ...")
@@ -284,7 +301,7 @@ def _summary_table(stream, summary: dict) -> None:
 @click.option("--state-partitions", type=int, default=None, help="Repartition the query's state (Spark 4.2+, RocksDB): stop, repartition, restart.")
 @click.option("--restart", is_flag=True, help="Restart the query from its checkpoint, changing nothing.")
 @click.option("--set", "setting", default=None, metavar="KEY=VALUE",
-              help="Any other live control by its key, e.g. flumina.workers=3 or inflection_point=65536.")
+              help="Any other live control by its key, e.g. flumina.workers=3, flumina.logic=v2 or inflection_point=65536.")
 def reconfigure(run_dir, slide_s, target_s, policy, rate_scale, state_partitions, restart, setting):
     """Change a running stream from another shell: one change per call, journaled.
 
@@ -298,6 +315,9 @@ def reconfigure(run_dir, slide_s, target_s, policy, rate_scale, state_partitions
       lmstream-kit reconfigure runs/LR2S-lmstream-20261124 --target 4
       lmstream-kit reconfigure runs/LR2S-lmstream-20261124 --state-partitions 4
       lmstream-kit reconfigure runs/flumina-run --set flumina.workers=3
+      lmstream-kit reconfigure runs/flumina-run --set "flumina.move=a2 -> w1"
+      lmstream-kit reconfigure runs/flumina-run --set flumina.logic=v2
+      lmstream-kit reconfigure runs/on-a-cluster --set cluster.executors=3
     """
     from .engine.channel import RECONFIGURE, ChannelClient
     from .exceptions import ChannelError
@@ -560,14 +580,65 @@ def cluster(workers, cores, memory):
     c = StandaloneCluster(workers=workers, cores=cores, memory=memory)
     click.echo("starting master and workers ...")
     c.start()
-    click.echo(f"master: {c.master_url}   logs: {c.log_dir}   (Ctrl-C stops)")
-    try:
+    try:  # the ready line inside: a Ctrl-C right after it still stops the cluster cleanly
+        click.echo(f"master: {c.master_url}   logs: {c.log_dir}   (Ctrl-C stops)")
         while True:
             time.sleep(1)
     except KeyboardInterrupt:
         click.echo("stopping ...")
     finally:
         c.stop()
+
+
+@cli.command()
+@click.option("--port", default=9092, show_default=True, type=int, help="The client port on 127.0.0.1.")
+@click.option("--dir", "data_dir", type=click.Path(path_type=Path), default=None,
+              help="Its storage, configuration and log; kept, so topics survive a restart "
+                   "[default: a temporary directory, removed on exit].")
+def kafka(port, data_dir):
+    """Start a single-node Apache Kafka broker (KRaft) on 127.0.0.1 until Ctrl-C.
+
+    Its jars come from Maven Central the first time (Maven, `mvn`, is needed once; they are kept
+    in ~/.cache/lmstream_kit/jars). Producers, consumers and the kit's source reach it at
+    127.0.0.1:PORT.
+    """
+    from .kafka import KafkaBroker
+
+    broker = KafkaBroker(port=port, data_dir=data_dir)
+    click.echo("starting Kafka (the first start fetches its jars from Maven Central) ...")
+    broker.start()
+    try:  # the ready line inside: a Ctrl-C right after it still stops the broker cleanly
+        click.echo(f"broker: {broker.bootstrap}   data and log: {broker.data_dir}   (Ctrl-C stops)")
+        while broker.running:
+            time.sleep(1)
+        raise KitError(f"the Kafka broker exited; its log: {broker.log_file}")
+    except KeyboardInterrupt:
+        click.echo("stopping ...")
+    finally:
+        broker.stop()
+
+
+@cli.group()
+def jars():
+    """Jars from Maven Central (a Kafka broker, ...), kept outside the repository."""
+
+
+@jars.command("fetch")
+@click.argument("names", nargs=-1)
+def jars_fetch(names):
+    """Fetch jar sets with Maven (all of them without NAMES) and print where they are.
+
+    Sets: kafka (the broker), spark-kafka (Spark's Kafka connector for the installed PySpark).
+    """
+    from .jars import JAR_SETS, cache_dir, jar_set, resolve
+
+    names = names or (*JAR_SETS, "spark-kafka")
+    for name in names:  # an unknown name is refused before Maven runs
+        jar_set(name)
+    for name in names:
+        click.echo(f"{name}: resolving with Maven ...")
+        found = resolve(name)
+        click.echo(f"{name}: {len(found)} jars in {found[0].parent if found else cache_dir()}")
 
 
 def main(argv: Optional[list[str]] = None) -> int:

@@ -169,6 +169,9 @@ def recovery_plan(open_txns: list[Mapping[str, Any]], *, state_partitions: int |
     >>> recovery_plan([{"txn": 6, "op": "flumina_logic", "old": "initial", "value": "v2", "state": "applied"}],
     ...               state_partitions=None, rolled_back=None, in_force={"flumina_logic": "v2"})
     {6: ('committed', "the restarted run has flumina_logic = 'v2' in force")}
+    >>> recovery_plan([{"txn": 7, "op": "flumina_logic", "old": "initial", "value": "v2", "state": "prepared"}],
+    ...               state_partitions=None, rolled_back=None, in_force={"flumina_logic": "initial"})[7][1]
+    "the run stopped in prepared before the change of flumina_logic to 'v2' committed: the restarted run has flumina_logic = 'initial' in force"
     """
     plan: dict[int, tuple[str, str]] = {}
     for t in open_txns:
@@ -184,6 +187,9 @@ def recovery_plan(open_txns: list[Mapping[str, Any]], *, state_partitions: int |
                                         f"stays in {state_partitions}")
         elif op in (in_force or {}) and in_force[op] == value:
             plan[txn] = ("committed", f"the restarted run has {op} = {value!r} in force")
+        elif op in (in_force or {}):
+            plan[txn] = ("aborted", f"the run stopped in {t.get('state')} before the change of {op} to {value!r} "
+                                    f"committed: the restarted run has {op} = {in_force[op]!r} in force")
         else:
             plan[txn] = ("aborted", f"the run stopped in {t.get('state')} before the change of {op} to {value!r} "
                                     "committed: it resumes with the configuration it is started with")

@@ -156,6 +156,8 @@ class LiveStream(StreamControls):
         state_store: str = "default",
         state_partitions: Optional[int] = None,
         restore_config: bool = False,
+        kafka: Optional[str] = None,
+        kafka_partitions: int = 2,
     ) -> None:
         super().__init__()
         self._restore = bool(restore_config)
@@ -163,7 +165,8 @@ class LiveStream(StreamControls):
         config = StreamConfig.build(
             workload, policy=policy, traffic=traffic, rate=rate, spread=spread, speedup=speedup, seed=seed,
             duration_s=duration_s, run_dir=run_dir, input_dir=input_dir, spool=spool, master=master,
-            trigger_s=trigger_s, slide_s=slide_s, output=output, read=read, partitions=partitions, name=name)
+            trigger_s=trigger_s, slide_s=slide_s, output=output, read=read, partitions=partitions, name=name,
+            kafka=kafka, kafka_partitions=kafka_partitions)
         self.engine = SparkEngine(master=master, spark=spark, conf=spark_conf)
         if config.workload.window_from_plan:  # window="infer": Spark's plan of the query tells (opens Spark)
             found = config.workload.with_window(*self.engine.query_window(config.workload))
@@ -311,7 +314,14 @@ class LiveStream(StreamControls):
             raise ConfigError(f"cannot create run directory {self.run_dir}: {exc.strerror}") from None
         try:
             previous = read_run_info(self.run_dir)
-            self.spool = Spool(self.spool_location, schema=self.workload.schema)
+            if self.kafka is not None:  # an unreachable broker is said now, before Spark starts
+                from .feed.kafka import check_reachable, create_topic
+
+                if check_reachable(self.kafka) is False and self.traffic is not None:
+                    create_topic(self.kafka, self.kafka_partitions)
+            self.spool = Spool(self.spool_location, schema=self.workload.schema,
+                               kafka=None if self.kafka is None else {
+                                   "bootstrap": self.kafka.bootstrap, "topic": self.kafka.topic, "format": "json"})
             self.loop.spool = self.spool
             checkpoint = self.run_dir / "checkpoint"
             self.journal = Journal(self.run_dir)
@@ -355,6 +365,7 @@ class LiveStream(StreamControls):
                     "channel_key": str(self._channel.key_file),
                     "partitions": self.partitions,
                     "read": self.read_mode,
+                    "dead_letter": str(self.run_dir / "dead_letter.jsonl"),
                 },
                 on_batch=self.loop.run_batch,
                 checkpoint=checkpoint,
@@ -571,7 +582,7 @@ class LiveStream(StreamControls):
                 return
             self.feed = make_feed(self.workload, self.spool, input_dir=self.input_dir, traffic=self.traffic,
                                   speedup=self.speedup, seed=self.seed, duration_s=self.duration_s,
-                                  run_dir=self.run_dir)
+                                  run_dir=self.run_dir, kafka=self.kafka)
             self.feed.start()
 
     def _write_run_info(self, previous: dict, **extra) -> None:
@@ -695,7 +706,8 @@ class LiveStream(StreamControls):
                 pass
         self.engine.stop_query(is_idle=lambda: not self.loop.book.in_batch)
         last = max((int(r["batch_id"]) for r in self.records), default=-1)
-        self.engine.await_progress(last, timeout=5.0)  # Spark's listener bus delivers it 0.1-0.4 s late
+        # Spark's listener bus delivers it 0.1-0.4 s late, and seconds late on a loaded machine
+        self.engine.await_progress(last, timeout=30.0)
         self.engine.remove_listener()
         if self._channel is not None:
             self._channel.close()

@@ -18,13 +18,16 @@ No pyspark here: :mod:`lmstream_kit.engine.attach` hands in the progress as a di
 
 from __future__ import annotations
 
+import ast
+import json
 from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from .record import BatchRecord
 
-__all__ = ["ATTACHED_FIELDS", "DURATION_PARTS", "POLICY", "epoch_ms", "progress_record", "ran_batch"]
+__all__ = ["ATTACHED_FIELDS", "DURATION_PARTS", "POLICY", "epoch_ms", "offsets_behind", "progress_record",
+           "ran_batch", "source_lag"]
 
 #: the ``policy`` of every record of an attached query
 POLICY = "attached"
@@ -44,6 +47,8 @@ ATTACHED_FIELDS: dict[str, str] = {
     "watermark": "the event-time watermark after the batch (epoch s; None until Spark sets one)",
     "event_time_max": "the newest event time in the batch (epoch s; with event_time only)",
     "run_id": "Spark's runId: it changes when the query restarts from its checkpoint",
+    "source_lag": "offsets the sources held past what the batch read (latestOffset minus endOffset, summed "
+                  "over topics and partitions: a Kafka consumer's lag; None where a source reports no latest)",
 }
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
@@ -72,6 +77,48 @@ def ran_batch(progress: Mapping[str, Any]) -> bool:
     False
     """
     return "addBatch" in (progress.get("durationMs") or {})
+
+
+def _offsets(value: Any) -> Any:
+    """A source's offset as Spark's progress gives it: a JSON object, its text, or a number."""
+    if isinstance(value, str):
+        try:
+            return json.loads(value)
+        except ValueError:
+            try:  # PySpark 4.1's lastProgress gives a nested offset as the repr of a dict
+                return ast.literal_eval(value)
+            except (ValueError, SyntaxError):
+                return None
+    return value
+
+
+def offsets_behind(end: Any, latest: Any) -> int | None:
+    """How far ``latest`` is past ``end``: numbers subtract, objects (Kafka's ``{topic: {partition:
+    offset}}``) sum over the keys both have; None where they cannot be compared.
+
+    >>> offsets_behind({"t": {"0": 410, "1": 90}}, '{"t": {"0": 415, "1": 90, "2": 7}}')
+    5
+    >>> offsets_behind("{'t': {'0': 3}}", {"t": {"0": 3}}), offsets_behind(12, 20), offsets_behind(None, 3)
+    (0, 8, None)
+    """
+    end, latest = _offsets(end), _offsets(latest)
+    if isinstance(end, bool) or isinstance(latest, bool):
+        return None
+    if isinstance(end, (int, float)) and isinstance(latest, (int, float)):
+        return max(0, int(latest) - int(end))
+    if isinstance(end, Mapping) and isinstance(latest, Mapping):
+        parts = [offsets_behind(end[k], latest[k]) for k in end.keys() & latest.keys()]
+        parts = [p for p in parts if p is not None]
+        return sum(parts) if parts else None
+    return None
+
+
+def source_lag(progress: Mapping[str, Any]) -> int | None:
+    """The batch's consumer lag: :func:`offsets_behind` of each source's ``endOffset`` and
+    ``latestOffset``, summed (None where no source reports both)."""
+    lags = [offsets_behind(s.get("endOffset"), s.get("latestOffset")) for s in progress.get("sources") or ()]
+    lags = [lag for lag in lags if lag is not None]
+    return sum(lags) if lags else None
 
 
 def _sum(operators: Iterable[Mapping[str, Any]], key: str) -> int | None:
@@ -112,6 +159,7 @@ def progress_record(progress: Mapping[str, Any], *, event_time: bool = False, bo
         watermark=watermark / 1000 if watermark else None,  # Spark says 1970-01-01 before it has one
         event_time_max=epoch_ms(times.get("max")) / 1000 if event_time and times.get("max") else None,
         run_id=progress.get("runId"),
+        source_lag=source_lag(progress),
     )
     return BatchRecord(
         batch_id=int(progress["batchId"]),

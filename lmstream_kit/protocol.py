@@ -101,7 +101,7 @@ class Param:
     label: str = ""  # what a view calls it (default: the name)
     unit: str = ""  # "bytes" shows values as KiB/MiB
     step: float | None = None  # a slider's step (log2 units for log_scale)
-    hint: str = ""  # added to a bound's message, e.g. "0 = tumbling window"
+    hint: str = ""  # added to a bound's message, e.g. "0 = tumbling window"; a text box's placeholder
 
     def validate(self, value: Any, *, label: str | None = None) -> Any:
         """The value, coerced to ``kind``; ConfigError (a ValueError) naming it when it is not allowed."""

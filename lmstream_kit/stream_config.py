@@ -52,6 +52,8 @@ class StreamConfig:
     run_dir: Path
     spool_location: str
     name: str
+    kafka: Any = None  # a TopicRef: the stream reads this topic (lmstream_kit.feed.kafka)
+    kafka_partitions: int = 2
 
     @classmethod
     def build(cls, workload: str | Workload = "LR2S", *, policy: str = "lmstream", traffic: str | Traffic = "random",
@@ -59,7 +61,8 @@ class StreamConfig:
               duration_s: float | None = None, run_dir: str | Path | None = None,
               input_dir: str | Path | None = None, spool: str | Path | None = None, master: str = "local[2]",
               trigger_s: float | None = None, slide_s: float | None = None, output: str = "parquet",
-              read: str = "auto", partitions: int = 2, name: str | None = None) -> StreamConfig:
+              read: str = "auto", partitions: int = 2, name: str | None = None, kafka: str | None = None,
+              kafka_partitions: int = 2) -> StreamConfig:
         """Validate the arguments of :class:`~lmstream_kit.live.LiveStream` (see its parameters)."""
         workload = load_workload(workload)
         policy = get_policy(policy, trigger_s=trigger_s)
@@ -72,14 +75,26 @@ class StreamConfig:
             raise ConfigError(f"output must be 'parquet' or 'noop', got {output!r}")
         if read not in ("auto", "driver", "executors"):
             raise ConfigError(f"read must be 'auto', 'driver' or 'executors', got {read!r}")
+        topic = None
+        if kafka is not None:
+            from .feed.kafka import parse_kafka_uri
+
+            topic = parse_kafka_uri(kafka)
+            if input_dir is not None:
+                raise ConfigError("a stream reads either a Kafka topic or an input directory, not both")
+            kafka_partitions = Param("kafka_partitions", int, low=1).validate(kafka_partitions)
+        elif traffic is None:
+            raise ConfigError("traffic=None (no generator) is for a Kafka topic that others write to: give kafka=")
         input_dir = Path(input_dir) if input_dir is not None else None
         if input_dir is not None and not input_dir.is_dir():
             raise ConfigError(f"input directory {input_dir} does not exist")
-        if input_dir is None and not workload.generated:
+        if input_dir is None and not workload.generated and not (topic is not None and traffic is None):
             raise ConfigError(f"workload {workload.name} has no traffic generator (rows=): run it on your files "
                               "with input_dir=DIR (CLI: --input DIR)")
         if isinstance(traffic, Traffic):
             generated = traffic
+        elif traffic is None:
+            generated = None
         elif input_dir is None:
             generated = traffic_from_spec(str(traffic), rate=rate, spread=spread, seed=int(seed))
         else:
@@ -91,10 +106,12 @@ class StreamConfig:
         run_dir = Path(run_dir)
         return cls(
             workload=workload, policy=policy, traffic=generated,
-            traffic_spec=traffic if isinstance(traffic, str) else getattr(traffic, "name", "custom"),
+            traffic_spec=traffic if isinstance(traffic, str) else "none" if traffic is None else getattr(
+                traffic, "name", "custom"),
             rate=rate, speedup=speedup, seed=int(seed), duration_s=duration_s,
             slide_s=float(workload.slide_s if slide_s is None else slide_s), output=output, read_mode=read,
             master=master, partitions=int(partitions), input_dir=input_dir, run_dir=run_dir,
             spool_location=str(spool) if spool is not None else str(run_dir / "spool"),
             name=name or f"{workload.name}-{policy.name}-{uuid.uuid4().hex[:6]}",
+            kafka=topic, kafka_partitions=int(kafka_partitions),
         )

@@ -47,10 +47,12 @@ class StreamControls(Tunable):
         makes the target the running mean of past maximum latencies (the
         tumbling-window rule).
         """
-        old = self._apply_target(target_s)
-        if old != float(target_s):
-            self._journal_admission_change("target_s", old, float(target_s))
-        self.log_change("target_s", float(target_s), old=old)
+        # one step for the admissions: a batch admitted under the new bound carries its change
+        with self.loop.lock:
+            old = self._apply_target(target_s)
+            if old != float(target_s):
+                self._journal_admission_change("target_s", old, float(target_s))
+            self.log_change("target_s", float(target_s), old=old)
 
     def _apply_target(self, target_s: float) -> float:
         """Give the controller and the optimizer the bound ``target_s`` (simulated s), unrecorded.
@@ -257,11 +259,11 @@ class StreamControls(Tunable):
         return {"op": op, "value": value, "now": now, "transaction": txns[-1] if len(txns) > before else None}
 
     #: journal ops a restarted run can take back from the journal (``restore_config``), and how
-    _RESTORABLE = ("policy", "window_slide_s", "target_s", "flumina_workers", "source_partitions")
+    _RESTORABLE = ("policy", "window_slide_s", "target_s", "flumina_workers", "source_partitions", "cluster_executors")
 
     def _restore_config(self) -> dict:
         """Before the query starts: take the last committed policy, window slide, latency target,
-        Flumina workers and source partitions from the journal, in the order they committed; ``{op: value}`` restored, or
+        Flumina workers, source partitions and cluster executors from the journal, in the order they committed; ``{op: value}`` restored, or
         ``"not restored: <why>"``."""
         restored: dict = {}
         for op, t in self.journal.committed().items():
@@ -334,6 +336,30 @@ class StreamControls(Tunable):
         if self.query is None or self._stopped:
             return "the stream is not running"
         return self.engine.state_repartition_unsupported(self.run_dir / "checkpoint")
+
+    def warm_workers(self, workers: int) -> Optional[float]:
+        """Ready Spark for a Flumina program's passes on ``workers`` before a rescale (seconds; None:
+        the stream is not running)."""
+        if self.query is None or self._stopped or self.engine.spark is None:
+            return None
+        return self.engine.warm_flumina_workers(workers)
+
+    def executors_unsupported(self) -> Optional[str]:
+        """Why this stream's executors cannot be scaled now (None: they can; a cluster without dynamic allocation)."""
+        if self._stopped:
+            return "the stream stopped"
+        return self.engine.executors_unsupported()
+
+    def executor_count(self) -> Optional[int]:
+        """The application's executors now (None where they cannot be scaled)."""
+        return self.engine.executor_count() if self.engine.spark is not None else None
+
+    def scale_executors(self, total: int, timeout_s: float = 60.0) -> dict:
+        """Make the application run ``total`` executors, waiting until they are there (engine's ``scale_executors``)."""
+        reason = self.executors_unsupported()
+        if reason is not None:
+            raise ConfigError(f"cannot set executors to {total}: {reason}")
+        return self.engine.scale_executors(total, timeout_s=timeout_s)
 
     def task_function_unsupported(self, function) -> Optional[str]:
         """Why Spark's tasks cannot load ``function`` (one task tries), None where they can."""

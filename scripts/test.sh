@@ -18,7 +18,8 @@ case "$line" in
   # (the RAPIDS jar needs 4.1.1), and so do the notebooks (keeps CI under its time budget) and the
   # timing tests, whose wall-clock bounds test the controller, not Spark's version
   4.3) venv=.venv-spark43; constraints=constraints/spark43.txt; extras=dev
-       select=(tests/test_stream_spark.py tests/test_plan_spark.py tests/test_workload_correctness.py
+       select=(tests/test_kafka_spark.py tests/test_kafka_live.py tests/test_chaos_kafka.py
+               tests/test_stream_spark.py tests/test_plan_spark.py tests/test_workload_correctness.py
                tests/test_devices_spark.py tests/test_ingest_spark.py tests/test_cluster.py tests/test_own_query.py
                tests/test_session_logging.py tests/test_swap_spark.py tests/test_chaos_reconfigure.py
                tests/test_flumina_spark.py tests/test_flumina_workload.py

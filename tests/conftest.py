@@ -25,3 +25,44 @@ def spark():
     )
     yield session
     session.stop()
+
+
+def need_maven(jar_set: str) -> None:
+    """Skip a Kafka test where its jars are not fetched and Maven is missing, unless CI requires it
+    (``LMSTREAM_REQUIRE_KAFKA=1``: then it fails, naming what is missing)."""
+    from lmstream_kit.exceptions import KitError
+    from lmstream_kit.jars import resolve
+
+    if shutil.which("mvn") is not None:
+        return
+    try:
+        resolve(jar_set, offline=True)
+    except KitError:
+        reason = f"the {jar_set} jars are not fetched and Maven (mvn) is missing: apt-get install maven"
+        if os.environ.get("LMSTREAM_REQUIRE_KAFKA") == "1":
+            pytest.fail(f"LMSTREAM_REQUIRE_KAFKA=1 but {reason}")
+        pytest.skip(reason)
+
+
+@pytest.fixture(scope="session")
+def kafka_broker(tmp_path_factory):
+    """One real single-node Kafka broker (KRaft) for the test session, from its Maven jars."""
+    from lmstream_kit.kafka import KafkaBroker
+
+    need_maven("kafka")
+
+    broker = KafkaBroker(data_dir=tmp_path_factory.mktemp("kafka")).start()
+    yield broker
+    broker.stop()
+
+
+@pytest.fixture(scope="session")
+def spark_kafka(spark):
+    """The shared session with Spark's Kafka connector (``format("kafka")``) added to its class path."""
+    from lmstream_kit.engine.session import add_jars
+    from lmstream_kit.jars import resolve, spark_kafka
+
+    need_maven("spark-kafka")
+
+    add_jars(spark, resolve(spark_kafka()))
+    return spark

@@ -95,3 +95,26 @@ def test_handler_errors_reach_the_client_as_one_line(tmp_path: Path):
 def test_missing_key_file_names_the_path(tmp_path: Path):
     with pytest.raises(ChannelError, match="nope.key"):
         ChannelClient("127.0.0.1", 1, str(tmp_path / "nope.key")).call(LATEST, 0)
+
+
+def test_silent_connections_do_not_keep_a_keyed_client_out(tmp_path: Path):
+    import socket
+    import threading
+
+    server = ChannelServer(Recorder(), key_file=tmp_path / "k")
+    silent = [socket.create_connection(("127.0.0.1", server.port)) for _ in range(3)]  # connect, say nothing
+    got = []
+    try:
+        def call():
+            client = ChannelClient("127.0.0.1", server.port, str(server.key_file))
+            got.append(client.call(INITIAL))
+            client.close()
+
+        caller = threading.Thread(target=call, daemon=True)
+        caller.start()
+        caller.join(30)
+        assert got == [7], "a keyed client was kept out by connections that never spoke"
+    finally:
+        for s in silent:
+            s.close()
+        server.close()

@@ -43,17 +43,21 @@ def test_kill_9_during_reconfigurations_loses_no_row_and_leaves_the_journal_cons
                                                   "transaction 99 left applied"]
 
 
-def test_kill_9_during_flumina_rescales_keeps_the_outputs_of_the_sequential_run(tmp_path):
+def test_kill_9_during_flumina_rescales_moves_and_swaps_keeps_the_outputs_of_the_sequential_run(tmp_path):
+    # seed 20 asks: a move, a rescale (killed during it), a swap to logic v2, a swap to v3 (killed during
+    # it), a rescale and a restart
     proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "chaos_reconfigure.py"), "--kills", "2",
-                           "--seed", "3", "--last", "60", "--workload", "flumina:value_barrier",
+                           "--seed", "20", "--last", "60", "--workload", "flumina:value_barrier",
                            "--run-dir", str(tmp_path / "run"), "--out", str(tmp_path / "results")],
                           capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, (proc.stdout, proc.stderr[-3000:])
     [result] = (tmp_path / "results").glob("chaos-reconfigure-*.json")
     meta = json.loads(result.read_text())["meta"]
     assert meta["verdict"] == "pass" and meta["problems"] == []
-    assert meta["ops"].get("flumina.workers", 0) >= 1 and meta["flumina_outputs"] > 50
-    # the check can fail: an output dropped, or one written twice, is found
+    assert meta["ops"]["flumina.workers"] >= 1 and meta["ops"]["flumina.logic"] == 2
+    assert meta["ops"]["flumina.move"] == 1 and meta["flumina_outputs"] > 50
+    # the check can fail: an output dropped, or one written twice, is found; so is a batch that ran under
+    # another logic than the journal says
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -68,3 +72,13 @@ def test_kill_9_during_flumina_rescales_keeps_the_outputs_of_the_sequential_run(
     pq.write_table(pa.concat_tables([table, table.slice(0, 1)]), part)
     assert flumina_problems(tmp_path / "run", "value_barrier")[0] == [
         "1 output(s) are not the sequential run's, or there twice"]
+    pq.write_table(table, part)
+    assert flumina_problems(tmp_path / "run", "value_barrier")[0] == []
+    last = max(json.loads(line)["batch_id"] for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
+               if json.loads(line)["rows"])
+    with open(tmp_path / "run" / "reconfig.jsonl", "a") as fh:
+        for step in ({"state": "requested", "value": "v9"}, {"state": "applied", "batch_id": last},
+                     {"state": "committed", "batch_id": last}):
+            fh.write(json.dumps({"txn": 999, "op": "flumina_logic", **step}) + "\n")
+    wrong = flumina_problems(tmp_path / "run", "value_barrier")[0]
+    assert wrong[0].startswith(f"batch {last} ran under logic ") and wrong[0].endswith("the journal says 'v9'")

@@ -91,6 +91,51 @@ def test_executors_scale_down_and_up_while_a_streaming_query_runs(tmp_path):
     assert out["zero"] == "executors must be an integer >= 1, got 0"
 
 
+def test_executors_scale_live_from_another_shell_as_journal_transactions(tmp_path):
+    import time
+
+    out = tmp_path / "run"
+    with StandaloneCluster(workers=2, cores=1, memory="1g", log_dir=tmp_path / "cluster") as cluster:
+        run = subprocess.Popen(
+            [sys.executable, "-m", "lmstream_kit", "run", "--master", cluster.master_url, "--duration", "400",
+             "--speedup", "5", "--rate", "200", "--traffic", "constant", "--out", str(out),
+             "--conf", "spark.executor.cores=1", "--conf", "spark.executor.memory=512m"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
+        try:
+            deadline = time.monotonic() + 240
+            while not ((out / "metrics.jsonl").is_file() and (out / "metrics.jsonl").read_text().count("\n") >= 2):
+                assert run.poll() is None and time.monotonic() < deadline, run.stderr.read()[-3000:] if run.poll() else ""
+                time.sleep(0.5)
+            # first the refusal, while the stream surely runs (80 s of traffic: the scales fit in it on a loaded CI)
+            refused = subprocess.run([sys.executable, "-m", "lmstream_kit", "reconfigure", str(out), "--set",
+                                      "cluster.executors=0"], capture_output=True, text=True, timeout=60, cwd=REPO)
+            said = []
+            for total in (1, 2):
+                asked = subprocess.run([sys.executable, "-m", "lmstream_kit", "reconfigure", str(out), "--set",
+                                        f"cluster.executors={total}"], capture_output=True, text=True, timeout=200,
+                                       cwd=REPO)
+                assert asked.returncode == 0, asked.stderr[-2000:]
+                said.append(asked.stdout.strip())
+                time.sleep(6)
+            _, err = run.communicate(timeout=300)
+        finally:
+            if run.poll() is None:
+                run.kill()
+        assert run.returncode == 0, err[-3000:]
+    assert said[0].startswith("cluster.executors -> 1: in force") and "transaction 1 prepared" in said[0]
+    assert refused.returncode == 2 and refused.stderr.strip().endswith(
+        f"cluster.executors must be >= 1, got 0 (stream in {out})")
+    txns = [json.loads(line) for line in (out / "reconfig.jsonl").read_text().splitlines()]
+    ends = {t["txn"]: t for t in txns if t["state"] in ("committed", "aborted")}
+    assert [(t["op"], t["state"]) for t in ends.values()] == [("cluster_executors", "committed")] * 2
+    applied = {t["txn"]: t for t in txns if t["state"] == "applied"}
+    assert applied[1]["killed"] and applied[1]["seconds"] > 0 and applied[2]["seconds"] > 0
+    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    by_batch = {r["batch_id"]: r for r in records}
+    assert by_batch[applied[1]["batch_id"]]["executors"] == 1 and by_batch[applied[2]["batch_id"]]["executors"] == 2
+    assert sum(r["rows"] for r in records) == 400 * 200  # every row once, across both scales
+
+
 def test_executors_refuse_a_local_master():
     from lmstream_kit.engine.executors import Executors
     from lmstream_kit.exceptions import ConfigError

@@ -293,6 +293,27 @@ def test_controls_that_do_not_apply_are_disabled_with_the_reason(tmp_path):
 
 
 @needs_widgets
+def test_a_flumina_programs_logic_menu_and_move_box_reach_its_control(tmp_path):
+    import ipywidgets
+
+    from lmstream_kit.flumina import EXAMPLES
+    from lmstream_kit.flumina.examples import labelled
+    from lmstream_kit.workloads.flumina import flumina_workload
+
+    update = EXAMPLES.get("value_barrier").spec(2).update
+    s = LiveStream(flumina_workload("value_barrier", logics={"v2": labelled(update, "v2")}), policy="lmstream",
+                   run_dir=tmp_path / "run")
+    with D.Dashboard(s) as dash:
+        logic, move = dash.controls["flumina.logic"], dash.controls["flumina.move"]
+        assert isinstance(logic, ipywidgets.ToggleButtons) and logic.options == ("initial", "v2")
+        assert isinstance(move, ipywidgets.Text) and (move.value, move.placeholder) == ("", "a2 -> w1")
+        move.value = "a1 -> w1"  # the program has not started: the control's one-line refusal is shown
+        assert "cannot move a1: the Flumina program has not started yet" in _error_text(dash, "flumina.move")
+        logic.value = "v2"
+        assert "the Flumina program has not started yet" in _error_text(dash, "flumina.logic")
+
+
+@needs_widgets
 def test_optimizer_toggle_freezes_and_releases(live):
     dash, stream, _ = live
     dash.controls["optimizer"].value = "frozen"

@@ -321,3 +321,40 @@ def test_live_the_reconfig_panel_appears_with_the_journal_and_follows_it(tmp_pat
     finally:
         dash.close()
     assert fake.callbacks == []
+
+
+# --------------------------------------------------------------------------- the consumer-lag panel
+
+
+@needs_widgets
+def test_replay_of_an_attached_kafka_query_shows_its_lag_below_the_grid(tmp_path):
+    records = [{**_rec(b, flumina=False), "source_lag": 400 - 100 * b} for b in range(4)]
+    run = _run_dir(tmp_path, records, with_plan=False)
+    with D.Dashboard(run) as dash:
+        assert list(dash.panels) == ["lag"]
+        panel = dash.panels["lag"]
+        assert dash.widget.children[-1] is panel.widget
+        fig = panel.figures["source_lag"]
+        assert fig.layout.title.text == "Rows read and consumer lag per micro-batch"
+        assert list(fig.data[1].y) == [400, 300, 200, 100]
+        dash.controls["batch"].value = 1  # the slider limits the panel too
+        assert list(dash.snapshot()["lag_source_lag"].data[1].x) == [0, 1]
+
+
+@needs_widgets
+def test_live_the_lag_panel_appears_at_the_first_record_with_a_lag(tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    fake = FakeStream(run)
+    dash = D.Dashboard(fake, throttle_s=60.0)
+    try:
+        fake.emit(_rec(0, flumina=False))
+        fake.emit({**_rec(1, flumina=False), "source_lag": 0})
+        dash.refresh()
+        assert dash.panels == {}  # no lag reported, or none yet
+        fake.emit({**_rec(2, flumina=False), "source_lag": 7})
+        dash.refresh()
+        assert list(dash.panels) == ["lag"]
+        assert list(dash.panels["lag"].figures["source_lag"].data[1].y)[-1] == 7
+    finally:
+        dash.close()

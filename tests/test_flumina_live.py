@@ -263,3 +263,140 @@ def test_more_workers_than_the_spec_has_independent_tag_groups_is_refused(tmp_pa
         control.set_param("workers", 4)
     control.set_param("workers", 3)
     assert [(t["value"], t["state"]) for t in host.journal.transactions()] == [(4, "aborted"), (3, "prepared")]
+
+
+# -- logics by name, and moves as a parameter (what `reconfigure --set` and the dashboard ask) -------
+def named_runner(tmp_path, **kw):
+    """A runner on value barrier with a second logic by name, ``v2`` (its outputs labelled)."""
+    from lmstream_kit.flumina.examples import labelled
+
+    spec = value_barrier_spec(3)
+    v2 = spec.__class__(**{**spec.__dict__, "update": labelled(spec.update, "v2")})
+    return spec, BatchRunner(spec, greedy_plan(spec, 2), snapshots=tmp_path / "snaps",
+                             logics={"initial": (spec, None), "v2": (v2, None)}, **kw)
+
+
+def test_a_logic_swapped_by_name_is_journaled_and_a_restart_goes_on_under_it(tmp_path):
+    spec, runner = named_runner(tmp_path)
+    control = FluminaControl(runner, logics=("v2",))
+    control.plugged(Host(runner, tmp_path))
+    assert control.param("logic").choices == ("initial", "v2")
+    b0, b1, b2 = [Event("a0", 1, 5), Event("b", 2)], [Event("a1", 3, 7), Event("b", 4)], [Event("a2", 5, 1), Event("b", 6)]
+    assert [o for _, o in run_batch(control, runner, 0, b0)[1]] == [("b", 2, 5)]
+    control.set_param("logic", "v2")
+    control.set_param("logic", "v2")  # what the next batch runs under already: no second transaction
+    fields, out = run_batch(control, runner, 1, b1)
+    assert fields["flumina_logic"] == "v2" and [o for _, o in out] == [("v2", ("b", 4, 7))]
+    [txn] = Journal(tmp_path).transactions()
+    assert (txn["op"], txn["old"], txn["value"], txn["state"], txn["batch_id"]) == (
+        "flumina_logic", "initial", "v2", "committed", 1)
+
+    # the driver dies after batch 1's snapshot; the restart is started with the initial logic, as the
+    # workload says, and takes v2 from the snapshot: Spark's replay of batch 1 and batch 2 run under it
+    _, again = named_runner(tmp_path)
+    again.restore()
+    assert again.logic == "v2"
+    assert again.run(1, b1) == out
+    assert [o for _, o in again.run(2, b2)] == [("v2", ("b", 6, 1))]
+    # back to the initial logic by name, and a restart after that goes on under the initial one
+    control = FluminaControl(again, logics=("v2",))
+    control.plugged(Host(again, tmp_path / "j2"))
+    control.set_param("logic", "initial")
+    assert [o for _, o in run_batch(control, again, 3, [Event("a0", 7, 2), Event("b", 8)])[1]] == [("b", 8, 2)]
+    assert named_runner(tmp_path)[1].restore().logic == "initial"
+
+
+def test_a_logic_the_program_does_not_declare_is_refused_naming_the_declared_ones(tmp_path):
+    _, runner = named_runner(tmp_path)
+    control = FluminaControl(runner, logics=("v2",))
+    control.plugged(Host(runner, tmp_path))
+    with pytest.raises(ConfigError, match=r"^flumina.logic must be one of 'initial', 'v2', got 'v3'$"):
+        control.set_param("logic", "v3")
+    with pytest.raises(ConfigError, match="'v2' names a logic this program declares: swap to it by name"):
+        control.set_update(doubled, name="v2")
+    assert Journal(tmp_path).transactions() == []
+    assert all(p.name != "logic" for p in FluminaControl(runner).PARAMS)  # no names, no menu
+
+
+def test_a_restart_after_a_swap_that_did_not_reach_its_snapshot_stays_under_the_old_logic(tmp_path):
+    _, runner = named_runner(tmp_path)
+    control = FluminaControl(runner, logics=("v2",))
+    host = Host(runner, tmp_path)
+    control.plugged(host)
+    run_batch(control, runner, 0, [Event("a0", 1, 5)])
+    control.set_param("logic", "v2")
+    control.before_batch(Ctx(1))  # applied; the driver dies before batch 1's program saved anything
+    _, again = named_runner(tmp_path)
+    again.restore()
+    assert again.logic == "initial"
+    recovered = FluminaControl(again, logics=("v2",))
+    recovered.plugged(Host(again, tmp_path))
+    from lmstream_kit.journal import recovery_plan
+
+    host.journal.resolve(recovery_plan(host.journal.open(), state_partitions=None, rolled_back=None,
+                                       in_force=recovered.in_force()))
+    [txn] = Journal(tmp_path).transactions()
+    assert (txn["state"], txn["recovered"]) == ("aborted", True)
+    assert [o for _, o in again.run(1, [Event("a1", 2, 1), Event("b", 3)])] == [("b", 3, 6)]
+
+
+def test_move_as_a_parameter_moves_the_tags_named_as_the_spec_prints_them(tmp_path):
+    spec = value_barrier_spec(3)
+    runner = BatchRunner(spec, greedy_plan(spec, 3))
+    control = FluminaControl(runner)
+    control.plugged(Host(runner, tmp_path))
+    assert control.move == ""
+    control.set_param("move", " a2 , a1->w1 ")
+    assert control.move == "a2, a1 -> w1"
+    run_batch(control, runner, 0, [Event("a2", 1, 4)])
+    assert (runner.plan.owner("a1"), runner.plan.owner("a2"), len(runner.plan.workers)) == ("w1", "w1", 1)
+    [txn] = Journal(tmp_path).transactions()
+    assert (txn["op"], txn["state"], txn["moved"], txn["to"]) == ("flumina_plan", "committed", ["'a2'", "'a1'"], "w1")
+    with pytest.raises(ConfigError, match=r"^flumina.move: spec value_barrier has no tag 'a9'; its tags: a0, a1, a2, b$"):
+        control.set_param("move", "a9 -> w1")
+    with pytest.raises(ConfigError, match=r"^flumina.move takes 'TAG\[, TAG...\] -> WORKER', e.g. 'a2 -> w1', got 'a2'$"):
+        control.set_param("move", "a2")
+    with pytest.raises(ConfigError, match="flumina.move must be a str, got 3"):
+        control.set_param("move", 3)
+    control.set_param("move", "  ")  # an emptied box moves nothing
+    assert len(Journal(tmp_path).transactions()) == 1
+
+
+def test_moving_tags_to_the_worker_that_holds_them_changes_nothing(tmp_path):
+    spec = value_barrier_spec(3)
+    runner = BatchRunner(spec, greedy_plan(spec, 3))
+    control = FluminaControl(runner)
+    host = Host(runner, tmp_path)
+    control.plugged(host)
+    holder = runner.plan.owner("a0")
+    control.set_param("move", f"a0 -> {holder}")
+    assert host.journal.transactions() == [] and control.changelog.take() == []
+    control.set_param("workers", 1)  # a change waits: the move is judged on the plan it will meet
+    control.set_param("move", f"a0 -> {holder}")
+    assert [t["op"] for t in host.journal.transactions()] == ["flumina_workers", "flumina_plan"]
+
+
+def test_a_rescale_readies_the_hosts_workers_before_it_is_queued_and_a_failed_warm_up_changes_nothing(tmp_path):
+    spec = value_barrier_spec(3)
+    runner = BatchRunner(spec, greedy_plan(spec, 1))
+    host = Host(runner, tmp_path)
+    warmed = []
+
+    def warm_workers(n):
+        warmed.append((n, len(control._pending)))  # before the request is queued for the batch
+        if n == 3:
+            raise RuntimeError("Spark is busy")
+        return 0.25
+
+    host.warm_workers = warm_workers
+    control = FluminaControl()
+    control.plugged(host)
+    control.set_param("workers", 2)
+    control.set_param("workers", 3)  # the warm-up fails: only a head start, the rescale stands
+    control.set_param("workers", 1)  # fewer workers: nothing to ready
+    assert warmed == [(2, 0), (3, 1)]
+    prepared = [e for e in host.journal.entries() if e["state"] == "prepared"]
+    assert [e.get("warm_s") for e in prepared] == [0.25, None, None]
+    assert prepared[1]["warm_error"] == "RuntimeError: Spark is busy" and "warm_error" not in prepared[2]
+    control.before_batch(Ctx(0))
+    assert control.workers == 1

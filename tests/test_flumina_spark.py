@@ -70,3 +70,12 @@ def test_a_failing_update_is_one_line_naming_the_error(spark):
     with pytest.raises(EngineError, match=r"^Flumina pass on Spark failed: .*ConfigError: spec value_barrier: "
                                           r"event Event\(tag='zz'"):
         BatchRunner(spec, greedy_plan(spec, 2)).run(0, map_workers=spark_workers(frame))
+
+
+def test_warming_up_for_more_workers_readies_their_partition_keys_and_python_workers(spark):
+    from lmstream_kit.engine.flumina import _keys, warm_workers
+
+    _keys.cache_clear()
+    seconds = warm_workers(spark, 3)
+    assert seconds > 0
+    assert _keys.cache_info().currsize == 1  # the keys of 3 partitions, cached for the first pass on 3 workers

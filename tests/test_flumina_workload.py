@@ -55,6 +55,25 @@ def test_the_workload_generates_the_examples_events():
         flumina_workload(parallelism=0)
 
 
+def test_logics_declared_by_name_give_the_stream_a_logic_menu_and_a_runner_that_knows_them(tmp_path):
+    from lmstream_kit.flumina.examples import labelled
+
+    update = EXAMPLES.get("value_barrier").spec(2).update
+    w = flumina_workload("value_barrier", logics={"v2": labelled(update, "v2"), "v3": (labelled(update, "v3"), abs)})
+    [make] = w.controllers
+    assert make().param("logic").choices == ("initial", "v2", "v3")
+    runner = w.batch_program(tmp_path).runner
+    assert (runner.logic, list(runner.logics), runner.logics["v3"][1]) == ("initial", ["initial", "v2", "v3"], abs)
+    started = flumina_workload("value_barrier", logic="v2", logics={"v2": labelled(update, "v2")})
+    assert started.batch_program(tmp_path / "s").runner.logic == "v2"
+    with pytest.raises(ConfigError, match=r"^a logic's name must be a non-empty string other than 'initial' "):
+        flumina_workload(logics={"initial": update})
+    with pytest.raises(ConfigError, match=r"^logic 'v2' must be an update function \(state, event\) -> "):
+        flumina_workload(logics={"v2": 3})
+    with pytest.raises(ConfigError, match="logic 'v2' is declared in logics= too"):
+        flumina_workload(update=abs, logic="v2", logics={"v2": update})
+
+
 @pytest.mark.spark
 @pytest.mark.parametrize("policy", ["lmstream", "fixed", "asap"])
 def test_fraud_detection_runs_under_every_policy_and_equals_the_sequential_run(spark, tmp_path, policy):

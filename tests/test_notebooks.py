@@ -270,10 +270,14 @@ def check_fork_join(nb, run_dir: Path, summary: dict) -> None:
 def check_parallelism_tuning(nb, run_dir: Path, summary: dict) -> None:
     real = summary["real"]
     assert real["batches"] >= 3, real
-    # the tuner moved the source stage's partitions away from where it started, and Spark ran what was asked
-    assert real["changes"] and real["changes"][0][0] == real["start"], real
     assert real["source_tasks"] == real["input_partitions"], real
-    assert real["source_tasks"][-1] == real["changes"][-1][1], real
+    if real["changes"]:
+        # the tuner moved the source stage's partitions away from where it started, and Spark ran what was
+        # asked (a batch of fewer spool datasets than the partitions asked runs one task per dataset)
+        assert real["changes"][0][0] == real["start"], real
+        assert real["source_tasks"][-1] == min(real["changes"][-1][1], real["datasets"][-1]), real
+    else:  # a loaded machine: the stream stayed behind its bound, and DS2's rule scales down only once caught up
+        assert any(r.startswith("hold: the stream is behind its bound") for r in real["reasons"]), real
     sim = summary["simulated"]
     assert {r["tuner"] for r in sim} == {"ds2", "streamtune", "static-peak"} and all(r["simulated"] for r in sim)
     assert all(r["reconfigurations"] == 0 for r in sim if r["tuner"] == "static-peak")
@@ -311,6 +315,26 @@ def check_live_reconfiguration(nb, run_dir: Path, summary: dict) -> None:
     assert text_of(nb).count("same query run, no restart: True") == 2  # the LR2S stream's, and Flumina's
 
 
+def check_kafka(nb, run_dir: Path, summary: dict) -> None:
+    kit, plain = summary["kit"], summary["attached"]
+    # the kit's stream read every record its generator wrote to the topic, once, on all partitions
+    assert kit["batches"] >= 5 and kit["rows"] == kit["indexed_rows"] > 0, kit
+    assert kit["partitions"] == [0, 1, 2] and kit["output_rows"] > 0, kit
+    assert data_records(metrics_of(run_dir)["lmstream"])[-1]["end_seq"] == len(
+        __import__("lmstream_kit.feed.spool", fromlist=["Spool"]).Spool(run_dir / "lmstream" / "spool",
+                                                                         create=False).datasets())
+    # the plain Spark query worked through that backlog at most max_offsets at a time, and its lag
+    # after each batch is what the topic still held: nothing was written meanwhile
+    rows, lag = plain["rows"], plain["lag"]
+    assert len(rows) >= 4 and all(0 < n <= plain["max_offsets"] + 3 for n in rows), plain
+    assert lag[0] == kit["rows"] - rows[0], plain
+    assert all(a - b == n for a, b, n in zip(lag, lag[1:], rows[1:])), plain
+    titles = [str(out["data"].get(PLOTLY_MIME, {}).get("layout", {}).get("title", {}).get("text", ""))
+              for out in plotly_outputs(nb)]
+    assert "Rows read and consumer lag per micro-batch" in titles, titles
+    assert "broker up in" in text_of(nb)
+
+
 CHECKS = {
     "00_quickstart": check_quickstart,
     "01_dynamic_batching": check_dynamic_batching,
@@ -322,6 +346,7 @@ CHECKS = {
     "07_fork_join": check_fork_join,
     "08_parallelism_tuning": check_parallelism_tuning,
     "09_live_reconfiguration": check_live_reconfiguration,
+    "10_kafka": check_kafka,
     "lab_01_latency_bounds": check_lab,
 }
 

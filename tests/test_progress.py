@@ -43,6 +43,7 @@ def test_rate_batch_with_event_time_gives_latencies_state_and_spark_durations():
         "state_rows": 4, "state_memory_bytes": 1672, "late_rows": 0,
         "watermark": None,  # Spark reports 1970-01-01 until the first watermark
         "event_time_max": NOON + 839.624, "run_id": "f7d78999-51cc-44a4-a6f0-b62f63586f09",
+        "source_lag": 0,  # the rate source read up to its latest offset
     }
 
 

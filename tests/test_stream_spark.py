@@ -350,7 +350,9 @@ def test_set_query_restarts_with_an_allowed_change_and_refuses_what_spark_forbid
 def test_a_restart_can_take_the_configuration_the_journal_last_committed(spark, tmp_path):
     run = tmp_path / "restore"
     kw = dict(policy="lmstream", traffic="constant", rate=400, speedup=10, run_dir=run, spark=spark)
-    s = LiveStream("LR2S", duration_s=60, **kw).start()
+    # traffic for 60 s of wall time: the two batches after the live restart come however long the
+    # restart takes on a loaded machine (with 6 s, the feed could end during it; CI saw that once)
+    s = LiveStream("LR2S", duration_s=600, **kw).start()
     try:
         s.wait(batches=2, timeout=120)
         s.set_slide(5.0)

@@ -15,6 +15,11 @@ from lmstream_kit.live import LiveStream
 pytestmark = pytest.mark.spark
 
 
+def ended(run, n):
+    """Whether the run's journal holds ``n`` transactions that committed or aborted."""
+    return lambda _s: sum(t["state"] in ("committed", "aborted") for t in Journal(run).transactions()) >= n
+
+
 def tagged(df):
     from pyspark.sql import functions as F
 
@@ -23,7 +28,9 @@ def tagged(df):
 
 def test_a_batch_function_is_swapped_at_a_batch_boundary_without_a_restart(spark, tmp_path, capfd):
     run = tmp_path / "swap"
-    s = LiveStream("PASSTHROUGH", policy="lmstream", traffic="constant", rate=400, speedup=10, duration_s=40,
+    # traffic to spare (400 s of data, 40 s of wall time): the swap is applied at a batch however slow the
+    # machine; the stream stops once it committed, and the stop processes what was fed
+    s = LiveStream("PASSTHROUGH", policy="lmstream", traffic="constant", rate=400, speedup=10, duration_s=400,
                    run_dir=run, spark=spark).start()
     try:
         s.wait(batches=3, timeout=120)
@@ -34,7 +41,8 @@ def test_a_batch_function_is_swapped_at_a_batch_boundary_without_a_restart(spark
             s.set_batch_function(lambda df: df.select("no_such_column"), name="broken")
         assert "\n" not in str(err.value)
         assert "DataFrameQueryContextLogger" not in capfd.readouterr().err, "no JVM stack on the console"
-        s.wait(until=lambda st: st.feed_finished(), timeout=120)
+        s.wait(until=ended(run, 2), timeout=120)
+        s.wait(batches=len([r for r in s.records if r["rows"] > 0]) + 1, timeout=120)
         assert s.query.runId == query_run, "a swap must not restart the query"
     finally:
         s.stop()
@@ -62,7 +70,7 @@ def test_a_batch_function_that_fails_on_data_is_undone_and_the_batch_runs_under_
         raise ValueError(f"no conversion for speed {speed}")
 
     run = tmp_path / "undo"
-    s = LiveStream("PASSTHROUGH", policy="lmstream", traffic="constant", rate=400, speedup=10, duration_s=40,
+    s = LiveStream("PASSTHROUGH", policy="lmstream", traffic="constant", rate=400, speedup=10, duration_s=400,
                    run_dir=run, spark=spark).start()
     try:
         s.wait(batches=2, timeout=120)
@@ -70,12 +78,14 @@ def test_a_batch_function_that_fails_on_data_is_undone_and_the_batch_runs_under_
         n = len([r for r in s.records if r["rows"] > 0])
         s.wait(batches=n + 2, timeout=120)
         s.set_batch_function(lambda df: df.withColumn("kmh", kmh("speed")), name="kmh")  # passes the check
-        s.wait(until=lambda st: st.feed_finished(), timeout=120)
+        s.wait(until=ended(run, 2), timeout=120)
+        s.wait(batches=len([r for r in s.records if r["rows"] > 0]) + 1, timeout=120)
         assert s.is_active
     finally:
         s.stop()
     txns = Journal(run).transactions()
     assert [(t["value"], t["state"]) for t in txns] == [("tag-v2", "committed"), ("kmh", "aborted")]
+    assert "batch_id" in txns[1], txns[1]
     assert txns[1]["reason"].startswith(f"batch function 'kmh' failed on batch {txns[1]['batch_id']}, which ran "
                                         "again under 'tag-v2': ") and "no conversion for speed" in txns[1]["reason"]
     records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]

@@ -241,7 +241,7 @@ def test_bad_sources_are_one_line(tmp_path):
 
 
 def test_the_extras_entry():
-    assert [e.name for e in X.EXTRA_PANELS] == ["flumina", "tuning", "reconfig"]
+    assert [e.name for e in X.EXTRA_PANELS] == ["flumina", "tuning", "reconfig", "lag"]
     assert X.tuning_wanted(".", RECORDS[-1:]) is False and X.tuning_wanted(".", RECORDS) is True
     assert X.tuning_wanted(".", [{"batch_id": 0, "operators": []}, {"batch_id": 1, "operators": None}]) is False
 

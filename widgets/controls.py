@@ -26,6 +26,8 @@ def make_widget(W: Any, control: Any) -> tuple[Any, list]:
         return cls(options=list(p.choices), value=None, **common), extra
     if p.kind is bool:
         return W.Checkbox(value=bool(control.value), **common), extra
+    if p.kind is str:  # free text, applied on Enter or when the box loses focus
+        return W.Text(value=str(control.value or ""), placeholder=p.hint, continuous_update=False, **common), extra
     low, high = control.range
     value = control.value if isinstance(control.value, (int, float)) else None
     if p.log_scale:
@@ -62,6 +64,8 @@ def show_value(widget: Any, value: Any) -> None:
         widget.min = min(widget.min, value)
     if value is None and not hasattr(widget, "options"):
         return
+    if value is not None and hasattr(widget, "options") and value not in widget.options:
+        return  # a value the menu does not offer (a logic swapped in by a function): nothing to select
     if getattr(widget, "value", None) != value:
         widget.value = value
 

@@ -18,11 +18,13 @@ module is imported only when its ``wanted`` or ``build`` runs, so that ``import 
 stays cheap.
 
 >>> [e.name for e in EXTRA_PANELS]
-['flumina', 'tuning', 'reconfig']
+['flumina', 'tuning', 'reconfig', 'lag']
 >>> flumina_wanted(".", [{"batch_id": 0, "flumina_passes": 2}]), flumina_wanted("/nowhere", [{"batch_id": 0}])
 (True, False)
 >>> tuning_wanted(".", [{"batch_id": 0, "operators": []}, {"batch_id": 1, "operators": [{"key": "j0.s0"}]}])
 True
+>>> lag_wanted(".", [{"batch_id": 0, "source_lag": 0}]), lag_wanted(".", [{"batch_id": 1, "source_lag": 12}])
+(False, True)
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from typing import Any, NamedTuple
 
 import plotly.graph_objects as go
 
-__all__ = ["EXTRA_PANELS", "ExtraPanel", "flumina_wanted", "reconfig_wanted", "tuning_wanted"]
+__all__ = ["EXTRA_PANELS", "ExtraPanel", "flumina_wanted", "lag_wanted", "reconfig_wanted", "tuning_wanted"]
 
 
 class ExtraPanel(NamedTuple):
@@ -106,9 +108,28 @@ def _reconfig_figures(run_dir: Path, records: Sequence[Mapping]) -> dict[str, go
     return {"reconfig": reconfiguration_figure(list(records), read_transactions(Path(run_dir)))}
 
 
+def lag_wanted(run_dir: Any, records: Sequence[Mapping]) -> bool:
+    """A source that fell behind its input (Spark's Kafka source, attached): a record with a ``source_lag``
+    above 0.  Sources that always read up to their latest offset (Spark's ``rate`` source) show no panel."""
+    return any((r.get("source_lag") or 0) > 0 for r in records)
+
+
+def _lag_panel(source: Any) -> Any:
+    from .lag import LagPanel
+
+    return LagPanel(source)
+
+
+def _lag_figures(run_dir: Path, records: Sequence[Mapping]) -> dict[str, go.Figure]:
+    from lmstream_kit.plots import source_lag_figure
+
+    return {"source_lag": source_lag_figure(list(records))}
+
+
 #: the panels a dashboard may add, in display order
 EXTRA_PANELS: tuple[ExtraPanel, ...] = (
     ExtraPanel("flumina", flumina_wanted, _flumina_panel, _flumina_figures),
     ExtraPanel("tuning", tuning_wanted, _tuning_panel, _tuning_figures),
     ExtraPanel("reconfig", reconfig_wanted, _reconfig_panel, _reconfig_figures),
+    ExtraPanel("lag", lag_wanted, _lag_panel, _lag_figures),
 )

@@ -313,6 +313,39 @@ class SparkEngine:
             self.open()
         return repartition_unsupported(self.spark, checkpoint)
 
+    def warm_flumina_workers(self, workers: int) -> float:
+        """Ready Spark for Flumina passes on ``workers`` (:func:`.flumina.warm_workers`); seconds."""
+        from .flumina import warm_workers
+
+        return warm_workers(self.spark, workers)
+
+    def executors_unsupported(self) -> str | None:
+        """Why the application's executors cannot be scaled at run time (:mod:`.executors`); None: they can."""
+        from ..exceptions import ConfigError
+        from .executors import Executors
+
+        if self.spark is None:
+            return "the stream is not running"
+        try:
+            Executors(self.spark)
+        except ConfigError as exc:
+            return str(exc)
+        return None
+
+    def executor_count(self) -> int | None:
+        """The application's executors now (None where they cannot be scaled: ``local[N]``)."""
+        if self.executors_unsupported() is not None:
+            return None
+        from .executors import Executors
+
+        return Executors(self.spark).count()
+
+    def scale_executors(self, total: int, timeout_s: float = 60.0) -> dict:
+        """Make the application run ``total`` executors (:meth:`.executors.Executors.scale_to`)."""
+        from .executors import Executors
+
+        return Executors(self.spark).scale_to(total, timeout_s=timeout_s)
+
     def repartition_state(self, checkpoint: Path, partitions: int) -> dict:
         """Spark's offline repartition of the stopped query's state (:func:`~lmstream_kit.engine.state.repartition_state`)."""
         from .state import repartition_state

@@ -22,7 +22,7 @@ import socket
 import threading
 import time
 from dataclasses import dataclass
-from multiprocessing.connection import Client, Connection, Listener
+from multiprocessing.connection import Client, Connection, Listener, answer_challenge, deliver_challenge
 from pathlib import Path
 from typing import Optional, Protocol
 
@@ -99,10 +99,14 @@ class ChannelServer:
         return int(self.address[1])
 
     def _accept_loop(self) -> None:
+        # the socket is accepted here and authenticated in the connection's own thread: a peer that
+        # connects and then says nothing (a reader process left over from a stopped query, say)
+        # holds only its own thread, never the acceptance of the next connection
+        raw = self._listener._listener  # Listener.accept() would run the handshake in this thread
         while not self._closed.is_set():
             try:
-                conn = self._listener.accept()
-            except Exception:  # wrong key, closed listener, reset: keep serving or exit
+                conn = raw.accept()
+            except Exception:  # closed listener, reset: keep serving or exit
                 if self._closed.is_set():
                     return
                 continue
@@ -114,6 +118,11 @@ class ChannelServer:
 
     def _serve(self, conn: Connection) -> None:
         try:
+            try:  # the key's challenge, both ways, as Listener.accept() does
+                deliver_challenge(conn, self._key)
+                answer_challenge(conn, self._key)
+            except Exception:  # wrong key, or the peer went away: drop it
+                return
             while not self._closed.is_set():
                 try:
                     request = conn.recv()

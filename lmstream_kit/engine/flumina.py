@@ -21,7 +21,7 @@ from typing import Any
 
 from ..exceptions import ConfigError, EngineError, error_line, one_line
 
-__all__ = ["events_frame", "partition_keys", "spark_sequential", "spark_workers", "worker_frame"]
+__all__ = ["events_frame", "partition_keys", "spark_sequential", "spark_workers", "warm_workers", "worker_frame"]
 
 
 @lru_cache(maxsize=16)
@@ -146,6 +146,36 @@ def spark_workers(batch_df, *, seq: str | None = "seq", codec=None, cache: bool 
     decode = codec.decode if codec is not None else None
     run.release = release
     return run
+
+
+def _warm_task(batches):
+    """One task of :func:`warm_workers`: load what a pass's task loads, and overlap with the others."""
+    import time
+
+    import pyarrow as pa
+
+    from ..flumina import spec, speculate  # noqa: F401  (what a pass's task unpickles)
+
+    for _ in batches:
+        pass
+    time.sleep(0.05)  # the tasks overlap, so that each one is given a Python worker of its own
+    yield pa.RecordBatch.from_pydict({"ok": [1]})
+
+
+def warm_workers(spark, n: int) -> float:
+    """Get Spark ready for passes on ``n`` workers before a rescale: returns the seconds it took.
+
+    The partition keys for ``n`` partitions (a Spark job, cached) and ``n`` Python workers that have
+    loaded the modules a pass's task needs: Spark forks a Python worker for a task when none is
+    idle, and its first task imports them.  Without this, the first batch on the new plan pays for
+    both.
+    """
+    import time
+
+    t0 = time.perf_counter()
+    partition_keys(spark, int(n))
+    spark.range(0, int(n), 1, int(n)).mapInArrow(_warm_task, "ok BIGINT").collect()
+    return time.perf_counter() - t0
 
 
 def _task_error(exc: BaseException) -> str:

@@ -9,13 +9,13 @@ quiet logs.
 from __future__ import annotations
 
 import os
-import shutil
 import sys
 from pathlib import Path
 from contextlib import contextmanager
-from typing import Mapping, Optional
+from typing import Mapping, Optional, Sequence
 
-from ..exceptions import EngineError, JavaNotFoundError, one_line
+from ..exceptions import EngineError, one_line
+from ..jars import find_java  # noqa: F401  (here since the engine came first)
 
 #: confs applied to every session the kit creates; callers can override any
 DEFAULT_CONF: dict[str, str] = {
@@ -44,26 +44,6 @@ DEFAULT_CONF: dict[str, str] = {
 DRIVER_JAVA_OPTIONS = ("-Xss16m", "-XX:+UseSerialGC")
 LOG4J_CONFIG = Path(__file__).with_name("log4j2.properties")
 
-def find_java() -> str:
-    """Path of the ``java`` executable Spark will use, or raise JavaNotFoundError."""
-    home = os.environ.get("JAVA_HOME")
-    if home:
-        candidate = Path(home) / "bin" / "java"
-        if candidate.exists():
-            return str(candidate)
-        raise JavaNotFoundError(
-            f"JAVA_HOME={home} has no bin/java; install Java 17 "
-            "(e.g. apt-get install openjdk-17-jre-headless) or fix JAVA_HOME"
-        )
-    found = shutil.which("java")
-    if not found:
-        raise JavaNotFoundError(
-            "Java not found: Spark needs a Java 17 runtime on PATH or in JAVA_HOME "
-            "(e.g. apt-get install openjdk-17-jre-headless)"
-        )
-    return found
-
-
 def prepare_environment() -> None:
     """Environment every Spark process inherits: loopback and our interpreter."""
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
@@ -78,6 +58,7 @@ def build_session(
     app_name: str = "lmstream_kit",
     conf: Optional[Mapping[str, str]] = None,
     log_level: str = "ERROR",
+    jars: Sequence[str | os.PathLike] = (),
 ):
     """Create (or reuse) a SparkSession with the kit's defaults and register the source.
 
@@ -88,6 +69,10 @@ def build_session(
     conf : mapping, optional
         Extra Spark confs; they override :data:`DEFAULT_CONF`, except that
         ``spark.driver.extraJavaOptions`` is appended to :data:`DRIVER_JAVA_OPTIONS`.
+    jars : paths
+        Jars for the driver's and the executors' class path (``spark.jars``, after any given in
+        ``conf``): Spark's Kafka connector, say (:func:`lmstream_kit.jars.resolve`).  Like every
+        conf, they take effect only where this call starts the JVM.
     """
     find_java()
     prepare_environment()
@@ -102,6 +87,9 @@ def build_session(
     if extra:
         java_options.append(extra)
     settings["spark.driver.extraJavaOptions"] = " ".join(java_options)
+    if jars:
+        given = [j for j in str(settings.get("spark.jars", "")).split(",") if j]
+        settings["spark.jars"] = ",".join([*given, *(str(j) for j in jars)])
     builder = SparkSession.builder.master(master).appName(app_name)
     for key, value in settings.items():
         builder = builder.config(key, value)
@@ -113,6 +101,16 @@ def build_session(
     spark.sparkContext.setLogLevel(log_level)
     register_source(spark)
     return spark
+
+
+def add_jars(spark, jars: Sequence[str | os.PathLike]) -> None:
+    """Add ``jars`` to a running session's class path (``ADD JAR``): a data source in them, such as
+    Spark's Kafka connector, can be read from then on.  For a session the kit does not start."""
+    for jar in jars:
+        path = str(jar)
+        if "'" in path:
+            raise EngineError(f"a jar path with a quote cannot be added: {path!r}")
+        spark.sql(f"ADD JAR '{path}'")
 
 
 def register_source(spark) -> None:

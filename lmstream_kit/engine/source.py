@@ -17,6 +17,9 @@ channel_key : str, optional
     Path of the file that holds the channel's authkey.
 partitions : int, optional
     Upper bound on input partitions per micro-batch (default 2).
+dead_letter : str, optional
+    Where records of a Kafka spool that do not fit the schema go (JSON Lines, one entry each with
+    its partition, offset, record and reason); without it they are left out silently.
 read : {"executors", "driver"}, optional
     Where a batch's datasets are read.  ``executors`` (default): Spark tasks
     read the spool files in Python workers, which scales out on a cluster but
@@ -25,6 +28,11 @@ read : {"executors", "driver"}, optional
     datasets itself and hands them to Spark as Arrow batches (PySpark's
     *simple* stream reader path), so no Python task runs per batch; best for
     local Spark and moderate rates, since all data passes through the driver.
+
+A Kafka spool (:mod:`lmstream_kit.feed.kafka`) indexes a topic: its datasets are offset ranges.
+The offsets then also carry the topic's end offset of each partition (``{"seq": n, "kafka":
+{"0": 120, "1": 98}}``), so that Spark's checkpoint says which records each batch read, and a
+batch reads its ranges from Kafka, split along Kafka's partitions.
 """
 
 from __future__ import annotations
@@ -117,6 +125,14 @@ def split_range(start: int, end: int, parts: int) -> list[tuple[int, int]]:
     return out
 
 
+class KafkaPiecePartition(InputPartition):
+    """Offsets ``[start, end)`` of one partition of a Kafka spool's topic; carried to the executor."""
+
+    def __init__(self, meta: dict, partition: int, start: int, end: int) -> None:
+        super().__init__((partition, start, end))
+        self.meta, self.partition, self.start, self.end = meta, partition, start, end
+
+
 class LMStreamDataSource(DataSource):
     """The ``lmstream`` streaming source (register with ``spark.dataSource.register``)."""
 
@@ -156,9 +172,11 @@ class _SpoolAccess:
         self.channel = options.get("channel")
         self.channel_key = options.get("channel_key")
         self.field_names = [f.name for f in schema.fields]
+        self.dead_letter = options.get("dead_letter")
         self._client: Optional[ChannelClient] = None  # opened lazily, in the runner
         self._spool: Optional[Spool] = None
         self._arrow_schema: Optional[pa.Schema] = None
+        self._ends: tuple[int, dict] = (0, {})  # a Kafka spool's end offsets after datasets [0, seq)
 
     def _call(self, *request):
         if self._client is None:
@@ -166,11 +184,65 @@ class _SpoolAccess:
             self._client = ChannelClient(host, int(port), self.channel_key)
         return self._client.call(*request)
 
-    def _spool_end(self) -> int:
+    def _index(self) -> Spool:
         if self._spool is None:
             self._spool = Spool(self.uri, create=False)
-        self._spool.refresh()
-        return self._spool.end_seq
+        return self._spool
+
+    def _spool_end(self) -> int:
+        self._index().refresh()
+        return self._index().end_seq
+
+    @property
+    def kafka(self) -> Optional[dict]:
+        return self._index().kafka
+
+    def _offset(self, seq: int) -> dict:
+        """The offset after datasets ``[0, seq)``: with a Kafka spool, the topic's end offsets too."""
+        if self.kafka is None:
+            return {"seq": seq}
+        done, ends = self._ends
+        if seq < done:
+            done, ends = 0, {}
+        ends = dict(ends)
+        for info in self._index().datasets(done, seq):
+            ends.update({int(p): int(b) for p, (_, b) in (info.ranges or {}).items()})
+        self._ends = (seq, ends)
+        return {"seq": seq, "kafka": {str(p): ends[p] for p in sorted(ends)}}
+
+    def _pieces(self, lo: int, hi: int, end: Optional[dict]) -> dict:
+        """A Kafka spool's ranges of datasets ``[lo, hi)``, checked against the checkpoint's offsets."""
+        from ..feed.kafka import merge_ranges
+
+        ranges = merge_ranges(info.ranges or {} for info in self._index().datasets(lo, hi))
+        logged = (end or {}).get("kafka")
+        if logged is not None:
+            wrong = [p for p, (_, b) in ranges.items() if int(logged.get(str(p), -1)) != b]
+            if wrong:
+                from ..exceptions import SpoolError
+
+                raise SpoolError(f"the checkpoint's end offsets {logged} disagree with the spool's index at "
+                                 f"partition {wrong[0]} ({ranges[wrong[0]][1]}): is this the run's own spool?")
+        return ranges
+
+    def _read_kafka(self, pieces, meta: Optional[dict] = None) -> Iterator[pa.RecordBatch]:
+        from ..feed.kafka import read_pieces
+        from ..feed.validate import write_dead_letter
+
+        meta = meta if meta is not None else self.kafka
+        rejects: list = []
+        schema = self._arrow_schema
+        for batch in read_pieces(meta, pieces, self._index().schema, rejects=rejects):
+            batch = batch.select(self.field_names)
+            if schema is None:
+                schema = self._arrow_schema = spark_compatible(batch.schema)
+            yield batch.cast(schema)
+        if rejects and self.dead_letter:
+            from pathlib import Path
+
+            write_dead_letter(Path(self.dead_letter), f"kafka:{meta['topic']}",
+                              [{"line": f"{r['partition']}:{r['offset']}", "record": r["record"],
+                                "reason": r["reason"]} for r in rejects])
 
     def _latest(self, begin: Optional[int]) -> int:
         """Ask the gate (or, without a channel, the spool) where the next batch ends."""
@@ -188,7 +260,7 @@ class _SpoolAccess:
             yield batch.cast(schema)
 
     def initialOffset(self) -> dict:
-        return {"seq": int(self._call(INITIAL)) if self.channel else 0}
+        return self._offset(int(self._call(INITIAL)) if self.channel else 0)
 
     def commit(self, end: dict) -> None:
         if self.channel:
@@ -209,7 +281,7 @@ class LMStreamReader(_SpoolAccess, DataSourceStreamReader):
     def latestOffset(self, start: Optional[dict] = None, limit=None) -> dict:
         # PySpark 4.0/4.1 call latestOffset(); 4.2+ call latestOffset(start, limit)
         # because this signature has parameters.  Holding a batch = returning start.
-        return {"seq": self._latest(None if start is None else int(start["seq"]))}
+        return self._offset(self._latest(None if start is None else int(start["seq"])))
 
     def getDefaultReadLimit(self):  # only called by PySpark >= 4.2
         return _ReadAllAvailable()
@@ -224,10 +296,17 @@ class LMStreamReader(_SpoolAccess, DataSourceStreamReader):
             asked = self._call(PLANNED, lo, hi, True)
             if isinstance(asked, int) and asked >= 1:
                 parts = asked
+        if self.kafka is not None:  # along Kafka's partitions, cut further where more are asked
+            from ..feed.kafka import split_ranges
+
+            return [KafkaPiecePartition(self.kafka, p, a, b)
+                    for p, a, b in split_ranges(self._pieces(lo, hi, end), parts)]
         return [SeqRangePartition(self.uri, a, b) for a, b in split_range(lo, hi, parts)]
 
     # -- executor side ---------------------------------------------------
-    def read(self, partition: SeqRangePartition) -> Iterator[pa.RecordBatch]:
+    def read(self, partition) -> Iterator[pa.RecordBatch]:
+        if isinstance(partition, KafkaPiecePartition):
+            return self._read_kafka([(partition.partition, partition.start, partition.end)], partition.meta)
         return self._read_range(partition.uri, partition.start, partition.end)
 
 
@@ -248,11 +327,16 @@ class LMStreamPrefetchReader(_SpoolAccess, SimpleDataSourceStreamReader):
         end = self._latest(begin)
         if end <= begin:
             return iter([]), start
-        batches = list(self._read_range(self.uri, begin, end))
+        batches = list(self._read_seqs(begin, end, None))
         if self.channel:
             self._call(PLANNED, begin, end, False)  # handed over whole: one partition
-        return iter(batches), {"seq": end}
+        return iter(batches), self._offset(end)
+
+    def _read_seqs(self, lo: int, hi: int, end: Optional[dict]) -> Iterator[pa.RecordBatch]:
+        if self.kafka is not None:
+            return self._read_kafka([(p, a, b) for p, (a, b) in self._pieces(lo, hi, end).items()])
+        return self._read_range(self.uri, lo, hi)
 
     def readBetweenOffsets(self, start: dict, end: dict):
         lo, hi = int(start["seq"]), int(end["seq"])
-        return iter(list(self._read_range(self.uri, lo, hi)))
+        return iter(list(self._read_seqs(lo, hi, end)))

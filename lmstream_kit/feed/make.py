@@ -15,8 +15,20 @@ __all__ = ["make_feed", "next_generator_second"]
 
 
 def make_feed(workload: Any, spool: Spool, *, input_dir: Optional[Path], traffic: Optional[Traffic],
-              speedup: float, seed: int, duration_s: Optional[float], run_dir: Path):
-    """The feed of ``workload`` into ``spool`` (not started): ingest of ``input_dir``, else generated traffic."""
+              speedup: float, seed: int, duration_s: Optional[float], run_dir: Path, kafka: Any = None):
+    """The feed of ``workload`` into ``spool`` (not started): ingest of ``input_dir``, the index of a
+    Kafka topic (``kafka``, a TopicRef) with the generated traffic written to it (none without
+    ``traffic``), else generated traffic."""
+    if kafka is not None:
+        from .kafka import KafkaFeed, TopicSink, TopicWriter
+
+        if traffic is None:
+            return KafkaFeed(spool)
+        # the topic exists: LiveStream.start made it (with kafka_partitions) before Spark started
+        sink = TopicSink(TopicWriter(kafka))
+        generator = FeedGenerator(sink, traffic, workload.make_rows, speedup=speedup, seed=seed,
+                                  duration_s=duration_s, start_second=0)
+        return KafkaFeed(spool, generator=generator, sink=sink)
     if input_dir is not None:
         from .ingest import DirectoryIngest
 

@@ -89,6 +89,9 @@ class DatasetInfo:
         Data file path relative to the spool root (``data/{seq:012d}.arrow``).
     source : str
         ``"generator"``, the ingested file's name, or ``""``.
+    ranges : dict, optional
+        In a Kafka spool (:mod:`lmstream_kit.feed.kafka`): the dataset's records, ``{partition:
+        (start offset, end offset)}``; it has no data file then, and ``nbytes`` is an estimate.
     """
 
     seq: int
@@ -98,6 +101,7 @@ class DatasetInfo:
     path: str
     source: str = ""
     second: int | None = None
+    ranges: dict | None = None
 
     def to_json(self) -> dict:
         """Return the JSON-serialisable dict written as one index line."""
@@ -111,6 +115,8 @@ class DatasetInfo:
         }
         if self.second is not None:
             out["second"] = self.second
+        if self.ranges is not None:
+            out["ranges"] = {str(p): [int(a), int(b)] for p, (a, b) in self.ranges.items()}
         return out
 
     @classmethod
@@ -124,6 +130,7 @@ class DatasetInfo:
             path=str(d.get("path") or _data_path(int(d["seq"]))),
             source=str(d.get("source", "")),
             second=None if d.get("second") is None else int(d["second"]),
+            ranges=None if d.get("ranges") is None else {int(p): (int(a), int(b)) for p, (a, b) in d["ranges"].items()},
         )
 
 
@@ -250,8 +257,10 @@ class Spool:
         schema: pa.Schema | None = None,
         create: bool = True,
         durable: bool = True,
+        kafka: dict | None = None,
     ) -> None:
         self._location = os.fspath(location)
+        self.kafka: dict | None = dict(kafka) if kafka is not None else None
         self.filesystem, self.root, self.uri = resolve_location(location)
         self.durable = bool(durable)
         self.writable = bool(create)
@@ -262,6 +271,7 @@ class Spool:
         self._offset = 0  # bytes of index.jsonl already parsed (complete lines only)
         self._index_stream = None
         self._closed = False
+        self.kafka_stored: dict | None = None
 
         if create:
             self._prepare_writable_root()
@@ -274,6 +284,9 @@ class Spool:
                     f"given {_schema_str(schema)}"
                 )
             self.schema = stored
+            if kafka is not None and self.kafka_stored != dict(kafka):
+                raise SpoolError(f"spool at {self._location} indexes {self.kafka_stored or 'no topic'}, not {dict(kafka)}")
+            self.kafka = self.kafka_stored
         elif not create:
             raise SpoolError(f"no spool at {self._location} (meta.json not found)")
         elif schema is None:
@@ -325,6 +338,7 @@ class Spool:
                 f"this lmstream_kit reads version {SPOOL_FORMAT_VERSION}"
             )
         self.created_at = float(meta.get("created_at", 0.0))
+        self.kafka_stored = meta.get("kafka")
         return schema
 
     def _write_meta(self, meta_path: str) -> None:
@@ -336,6 +350,8 @@ class Spool:
             "schema": base64.b64encode(self.schema.serialize().to_pybytes()).decode("ascii"),
             "fields": [f"{f.name}: {f.type}" for f in self.schema],  # for humans only
         }
+        if self.kafka is not None:  # an index of a topic: its datasets are offset ranges, no data files
+            meta["kafka"] = self.kafka
         tmp = meta_path + f".tmp-{uuid.uuid4().hex[:8]}"
         try:
             with self.filesystem.open_output_stream(tmp, compression=None) as out:
@@ -465,18 +481,25 @@ class Spool:
                     source=source,
                     second=second,
                 )
-                line = (json.dumps(info.to_json(), separators=(",", ":")) + "\n").encode("utf-8")
-                # One write call per line keeps the line contiguous in the file.
-                self._index_stream.write(line)
-                self._index_stream.flush()
-                if self.durable and self._is_local:
-                    _fsync_path(self._full(_INDEX))
             except (pa.ArrowException, OSError) as exc:
                 raise SpoolError(f"cannot append to spool at {self._location}: {one_line(exc)}") from exc
-            # We wrote the line ourselves: account for it without re-reading.
-            self._offset += len(line)
-            self._add(info)
-            return info
+            return self._commit(info)
+
+    def _commit(self, info: DatasetInfo) -> DatasetInfo:
+        """Append ``info``'s index line (durable where the spool is), and account for it.  Under the lock."""
+        line = (json.dumps(info.to_json(), separators=(",", ":")) + "\n").encode("utf-8")
+        try:
+            # One write call per line keeps the line contiguous in the file.
+            self._index_stream.write(line)
+            self._index_stream.flush()
+            if self.durable and self._is_local:
+                _fsync_path(self._full(_INDEX))
+        except (pa.ArrowException, OSError) as exc:
+            raise SpoolError(f"cannot append to spool at {self._location}: {one_line(exc)}") from exc
+        # We wrote the line ourselves: account for it without re-reading.
+        self._offset += len(line)
+        self._add(info)
+        return info
 
     def _conform(self, data) -> pa.Table:
         if isinstance(data, pa.RecordBatch):
@@ -503,6 +526,23 @@ class Spool:
             raise SpoolError(
                 f"data does not fit the schema of spool at {self._location}: {one_line(exc)}"
             ) from exc
+
+    def append_ranges(self, ranges: dict, *, rows: int, nbytes: int, arrival: float,
+                      source: str = "kafka") -> DatasetInfo:
+        """Commit one dataset of a Kafka spool: the offset ``ranges`` ``{partition: (start, end)}``
+        of its records (no data file: Kafka keeps them)."""
+        if not self.writable:
+            raise SpoolError(f"spool at {self._location} was opened read-only (create=False)")
+        if self.kafka is None:
+            raise SpoolError(f"spool at {self._location} holds data files, not a Kafka topic's offsets")
+        with self._lock:
+            if self._closed or self._index_stream is None:
+                raise SpoolError(f"spool at {self._location} is closed")
+            seq = len(self._infos)
+            info = DatasetInfo(seq=seq, arrival=float(arrival), rows=int(rows), nbytes=int(nbytes),
+                               path="", source=source,
+                               ranges={int(p): (int(a), int(b)) for p, (a, b) in ranges.items()})
+            return self._commit(info)
 
     def close(self) -> None:
         """Close the index append stream; further appends raise SpoolError."""
@@ -624,6 +664,11 @@ class Spool:
             infos = self.datasets(infos_or_start, end)
         else:
             infos = list(infos_or_start)
+        if self.kafka is not None:
+            from .kafka import read_kafka_datasets
+
+            yield from read_kafka_datasets(self.kafka, infos, self.schema)
+            return
         for info in infos:
             yield from _read_ipc_file(self.filesystem, self._full(info.path))
 

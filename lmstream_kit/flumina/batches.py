@@ -51,16 +51,33 @@ class BatchRunner:
     snapshots : path, optional
         A directory where the states after every batch are kept (``<batch_id>.pkl``, the last two),
         so that a restarted run continues from the batch Spark's checkpoint committed.
+    logic : str
+        The name of ``spec``'s update function (the snapshots record it).
+    migrations : ``{logic: transform}``, optional
+        How a state saved under another logic becomes a state of this one.
+    logics : ``{name: (spec, transform)}``, optional
+        Logics known by name: what a swap by name takes (:meth:`FluminaControl.set_param`
+        ``("logic", name)``), and what a restart takes when its newest snapshot was made by one of
+        them (so a run restarted after a swap continues under the swapped-in logic, with no option
+        to remember).  ``transform`` migrates a state of any other of them to this one (None: the
+        state is kept as it is, the logics share its shape).  ``logic`` itself is one of them.
     """
 
     def __init__(self, spec: Spec, plan: Plan, *, snapshots: str | Path | None = None, logic: str = INITIAL_LOGIC,
-                 migrations: Mapping[str, Callable[[Any], Any]] | None = None) -> None:
+                 migrations: Mapping[str, Callable[[Any], Any]] | None = None,
+                 logics: Mapping[str, tuple[Spec, Callable[[Any], Any] | None]] | None = None) -> None:
         if plan.spec.tags != spec.tags:
             raise ConfigError(f"plan for {plan.spec.name} does not cover the tags of spec {spec.name}")
         self.spec, self.plan = spec, plan
         self.snapshots = Path(snapshots) if snapshots is not None else None
         self.logic = str(logic)  # the name of the update function in force (snapshots carry it)
         self.migrations = dict(migrations or {})  # {logic: transform} for states saved under another logic
+        self.logics = {str(k): (v[0], v[1]) for k, v in (logics or {}).items()}
+        self.logics.setdefault(self.logic, (spec, None))
+        for name, (other, _) in self.logics.items():
+            if other.tags != spec.tags:
+                raise ConfigError(f"logic {name!r} (spec {other.name}) has other tags than spec {spec.name}: "
+                                  "the logics of one program share its tags")
         self.last_batch: int | None = None  # the last batch run
         self.last: BatchResult | None = None  # what it took (passes, epochs, events)
         self._states = fork_states(spec, plan, spec.init())  # after the last batch
@@ -217,37 +234,65 @@ class BatchRunner:
         The snapshot of batch ``N`` holds the states before and after it, so the next batch runs
         from the states after ``N``, and ``N`` run again (Spark replays the batch it had not
         committed) from the states before it.  No snapshot: from the start.  A snapshot saved under
-        another plan is joined under that plan and forked under this one.  Writes the plan beside the
-        snapshots (:data:`PLAN_FILE`).
+        another plan is joined under that plan and forked under this one.  A snapshot made by one of
+        :attr:`logics` other than this runner's (a swap by name before the restart) makes that logic
+        the one in force, unless ``migrations`` says how to bring its state to this runner's.
+        Writes the plan beside the snapshots (:data:`PLAN_FILE`).
         """
         ids = self._snapshot_ids()
         if ids:
-            saved = self._load(ids[-1])
+            saved = self._read(ids[-1])
+            self._adopt(saved["logic"])
+            saved = self._load(ids[-1], saved)
             self._states, self._before = dict(saved["states"]), dict(saved["before"])
             self.last_batch = saved["batch_id"]
             self._refused = dict(saved["refused"])
         self.write_plan()
         return self
 
-    def _load(self, batch_id: int) -> dict:
-        """The snapshot of ``batch_id``, its states re-forked onto this runner's plan and logic.
-
-        States saved under another plan are joined under that plan and forked under this one, so a
-        restart with another parallelism (or a plan of the user's) continues from the same state.
-        States saved under another logic (a swap, :meth:`swap`) are migrated with this runner's
-        ``migrations[logic]``; without one they are refused (``saved["refused"]``: the reason,
-        raised when a batch would start from them), never run under a logic they were not made for.
-        """
+    def _read(self, batch_id: int) -> dict:
+        """The snapshot of ``batch_id`` as saved (older snapshots get the fields they lacked)."""
         with open(self.snapshots / f"{batch_id}.pkl", "rb") as f:
             saved = pickle.load(f)
         saved.setdefault("logic", INITIAL_LOGIC)
         saved.setdefault("before_logic", saved["logic"])
         saved.setdefault("before_plan", saved["plan"])
+        return saved
+
+    def _adopt(self, logic: str) -> None:
+        """Run under ``logic``, one of :attr:`logics`, where a saved state was made by it (see :meth:`restore`)."""
+        if logic == self.logic or logic in self.migrations or logic not in self.logics:
+            return
+        spec = self.logics[logic][0]
+        self.spec, self.plan, self.logic = spec, Plan(spec, self.plan.root, rates=self.plan.rates), logic
+        self._states = fork_states(spec, self.plan, spec.init())
+        self._before = dict(self._states)
+
+    def _migration(self, logic: str) -> Callable[[Any], Any] | None:
+        """How a state made by ``logic`` becomes one of the logic in force (None: it cannot)."""
+        if logic in self.migrations:
+            return self.migrations[logic]
+        if logic in self.logics and self.logic in self.logics:  # both known by name: the one in force's transform
+            return self.logics[self.logic][1] or (lambda state: state)
+        return None
+
+    def _load(self, batch_id: int, saved: dict | None = None) -> dict:
+        """The snapshot of ``batch_id``, its states re-forked onto this runner's plan and logic.
+
+        States saved under another plan are joined under that plan and forked under this one, so a
+        restart with another parallelism (or a plan of the user's) continues from the same state.
+        States saved under another logic (a swap, :meth:`swap`) are migrated with this runner's
+        ``migrations[logic]``, or, for one of :attr:`logics`, with the transform of the logic in force;
+        without either they are refused (``saved["refused"]``: the reason,
+        raised when a batch would start from them), never run under a logic they were not made for.
+        """
+        saved = dict(saved if saved is not None else self._read(batch_id))
         saved["refused"] = {}
         for key, logic_key, plan_key, when in (("states", "logic", "plan", "after"),
                                                ("before", "before_logic", "before_plan", "before")):
             logic = saved[logic_key]
-            if logic != self.logic and logic not in self.migrations:
+            migrate = self._migration(logic) if logic != self.logic else None
+            if logic != self.logic and migrate is None:
                 saved["refused"][key] = (
                     f"the Flumina state {when} batch {batch_id} was made by logic {logic!r}, but this run's logic "
                     f"is {self.logic!r}: start it with that update function, or give migrations={{{logic!r}: "
@@ -261,7 +306,7 @@ class BatchRunner:
                                       f"spec {self.spec.name}: {exc}") from None
                 joined = join_states(self.spec, old, saved[key])
                 if logic != self.logic:
-                    joined = self.migrations[logic](joined)
+                    joined = migrate(joined)
                 saved[key] = fork_states(self.spec, self.plan, joined)
         return saved
 
@@ -276,7 +321,9 @@ class BatchRunner:
         path = self.snapshots / f"{committed}.pkl" if self.snapshots is not None else None
         if path is None or not path.is_file():
             raise ConfigError(f"no Flumina state saved after batch {committed} in {self.snapshots}")
-        saved = self._load(committed)
+        saved = self._read(committed)
+        self._adopt(saved["logic"])
+        saved = self._load(committed, saved)
         self._states = dict(saved["states"])
         self._before = dict(self._states)
         self.last_batch = committed

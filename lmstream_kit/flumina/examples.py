@@ -25,7 +25,7 @@ from ..registry import Registry
 from .spec import Event, Spec, define_spec, value_barrier_spec
 
 __all__ = ["EXAMPLES", "Example", "fraud_detection_events", "fraud_detection_spec", "max_temperature_events",
-           "max_temperature_spec", "outlier_detection_events", "outlier_detection_spec", "page_view_events",
+           "labelled", "max_temperature_spec", "outlier_detection_events", "outlier_detection_spec", "page_view_events",
            "page_view_spec", "value_barrier_events", "value_barrier_spec", "with_work"]
 
 
@@ -260,6 +260,22 @@ def with_work(spec: Spec, rounds: int) -> Spec:
         return update(state, event)
 
     return replace(spec, name=f"{spec.name}+work{rounds}", update=working)
+
+
+def labelled(update: Callable, label: str) -> Callable:
+    """``update`` whose every output comes as ``(label, output)``: another logic over the same state,
+    whose outputs say which logic made them (what the reconfiguration chaos swaps in by name, so
+    that an output made under the wrong logic shows).
+
+    >>> labelled(value_barrier_spec(1).update, "v2")(5, Event("b", 3))
+    (0, [('v2', ('b', 3, 5))])
+    """
+    def relabelled(state, event):
+        state, outputs = update(state, event)
+        return state, [(label, out) for out in outputs]
+
+    relabelled.__name__ = str(label)
+    return relabelled
 
 
 class Example(NamedTuple):

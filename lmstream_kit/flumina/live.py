@@ -44,6 +44,7 @@ from typing import Any
 
 from ..exceptions import ConfigError, one_line
 from ..protocol import BATCH, BatchContext, BatchController, Param
+from .batches import INITIAL_LOGIC
 from .plan import Plan, greedy_plan, tag_key, user_plan
 from .spec import Spec
 
@@ -107,6 +108,19 @@ class FluminaControl(BatchController):
     runner : BatchRunner, optional
         The runner to reconfigure; plugged into a LiveStream, it is the workload's (read from the
         host's ``batch_program`` once the stream started).
+    logics : names, optional
+        The program's logics known by name (the runner's :attr:`~.batches.BatchRunner.logics`):
+        with them, ``logic`` is a live parameter too (a dashboard menu, ``reconfigure --set
+        flumina.logic=NAME``), a swap by name.
+    warm : bool
+        A rescale first readies Spark for the new plan's workers (the host's ``warm_workers``: the
+        partition keys, and a Python worker per task with the pass's modules loaded), so that the
+        first batch on the new plan does not pay for them; the journal's ``prepared`` step says
+        how long it took (``warm_s``).
+
+    Besides ``workers`` (and ``logic``), ``move`` is a live parameter: ``"a2 -> w1"`` (tags
+    separated by commas) migrates the tags' state to a worker, as :meth:`move_tags` does; it reads
+    as the last move asked.
     """
 
     prefix = "flumina"
@@ -115,15 +129,26 @@ class FluminaControl(BatchController):
         Param("workers", int, low=1, label="Flumina workers", step=1,
               doc="Workers of the Flumina plan: the next batch forks (more) or joins (fewer) the workers' "
                   "states, with no restart."),
+        Param("move", str, label="move tags", hint="a2 -> w1",
+              doc="Migrate tags' state to another worker from the next batch: 'a2 -> w1' (tags separated by "
+                  "commas; the workers are the plan's, w1, w2, ...), with no restart."),
     )
     FIELDS = {
         "flumina_workers": "workers of the Flumina plan the batch ran on (FluminaControl)",
         "flumina_logic": "the name of the Flumina update function the batch ran under ('initial': the spec's own)",
     }
 
-    def __init__(self, runner: Any = None) -> None:
+    def __init__(self, runner: Any = None, *, logics: Iterable[str] = (), warm: bool = True) -> None:
         super().__init__()
+        self.warm = bool(warm)  # a rescale readies the host's Spark workers before it is queued
+        names = tuple(dict.fromkeys([INITIAL_LOGIC, *map(str, logics)]))
+        if len(names) > 1:  # this instance's parameters: the class's and the swap by name
+            self.PARAMS = (*type(self).PARAMS, Param(
+                "logic", str, choices=names, label="Flumina logic",
+                doc="The update function the next batches run under, by name; the state goes across with the "
+                    "logic's own transform, with no restart."))
         self._runner = runner
+        self._move = ""
         self._host: Any = None
         self._lock = threading.Lock()
         self._pending: list[_Request] = []
@@ -160,6 +185,11 @@ class FluminaControl(BatchController):
         runner = self.runner
         return runner.logic if runner is not None else None
 
+    @property
+    def move(self) -> str:
+        """The last move asked (``"a2 -> w1"``; empty before any)."""
+        return self._move
+
     def in_force(self) -> Mapping[str, Any]:
         """What is in force, by journal op (how a restart after a crash ends the open transactions)."""
         runner = self.runner
@@ -169,8 +199,12 @@ class FluminaControl(BatchController):
 
     # ------------------------------------------------------------------ requests
     def _request(self, op: str, old: Any, value: Any, apply: Callable[[Any], None],
-                 check: Callable[[Any], None] | None = None, **detail: Any) -> None:
-        """Journal ``op``, check it on the runner now (refused: aborted and raised), queue it for the next batch."""
+                 check: Callable[[Any], None] | None = None, warm: int | None = None, **detail: Any) -> None:
+        """Journal ``op``, check it on the runner now (refused: aborted and raised), queue it for the next batch.
+
+        ``warm``: the workers of the plan it makes; the host readies Spark for them first (its
+        ``warm_workers``), so that the first batch on the new plan does not pay for that.
+        """
         journal = getattr(self._host, "journal", None)
         txn = journal.begin(op, old=old, value=value, **detail) if journal is not None else None
         try:
@@ -181,17 +215,28 @@ class FluminaControl(BatchController):
             if txn is not None:
                 txn.abort(one_line(exc))
             raise
+        readied: dict[str, Any] = {}
+        if self.warm and warm is not None and warm > 1 and getattr(self._host, "warm_workers", None) is not None:
+            try:
+                warmed = self._host.warm_workers(warm)
+                readied = {"warm_s": round(warmed, 3)} if warmed is not None else {}
+            except Exception as exc:  # noqa: BLE001  (only a head start: the batch readies Spark itself)
+                readied = {"warm_error": f"{type(exc).__name__}: {one_line(exc)}"}
         if txn is not None:
-            txn.step("prepared")
+            txn.step("prepared", **readied)
         with self._lock:  # logged as a change when applied: the batch it starts with carries it
             self._pending.append(_Request(op, value, apply, txn, old, detail))
+
+    def _next(self, op: str, in_force: Any) -> Any:
+        """What the next batch runs with for ``op``: the last such change waiting, or what is in force."""
+        with self._lock:
+            waiting = [r.value for r in self._pending if r.op == op]
+        return waiting[-1] if waiting else in_force
 
     def _apply_workers(self, workers: int) -> None:
         """Rescale: from the next batch on, a greedy plan with at most ``workers`` workers."""
         old = self.workers
-        with self._lock:  # what the next batch runs on: the last rescale waiting, or the plan in force
-            waiting = [r.value for r in self._pending if r.op == "flumina_workers"]
-        if workers == (waiting[-1] if waiting else old):
+        if workers == self._next("flumina_workers", old):
             return  # nothing changes: no transaction
 
         def plan_for(runner) -> Plan:
@@ -202,7 +247,7 @@ class FluminaControl(BatchController):
             return plan
 
         self._request("flumina_workers", old, workers, lambda runner: runner.replan(plan_for(runner)),
-                      check=plan_for)
+                      check=plan_for, warm=workers)
 
     def set_plan(self, plan: Plan | Mapping) -> None:
         """Run the next batches on ``plan`` (a Plan for the spec, or a nested ``{"tags", "children"}``)."""
@@ -212,7 +257,7 @@ class FluminaControl(BatchController):
             raise ConfigError(f"plan for {new.spec.name} does not cover the tags of spec {runner.spec.name}")
         tree = {k: v for k, v in new.to_dict().items() if k != "spec"}
         self._request("flumina_plan", len(runner.plan.workers), len(new.workers),
-                      lambda r: r.replan(user_plan(r.spec, tree)), plan=repr(str(new)))
+                      lambda r: r.replan(user_plan(r.spec, tree)), warm=len(new.workers), plan=repr(str(new)))
 
     def move_tags(self, tags: Iterable[Any], to: str) -> None:
         """Migrate the state of ``tags`` to worker ``to`` (a worker's name, ``w1`` ...) from the next batch.
@@ -223,11 +268,45 @@ class FluminaControl(BatchController):
         """
         tags = list(tags)
         runner = self._need_runner(f"move {tags!r}")
-        moved_plan(runner.plan, tags, to)  # refused now, before it is journaled as requested
+        new = moved_plan(runner.plan, tags, to)  # refused now, before it is journaled as requested
+        with self._lock:
+            idle = not self._pending
+        if idle and new.to_dict() == runner.plan.to_dict():
+            return  # the tags are that worker's already: no transaction
         names = [repr(t) for t in tags]
         self._request("flumina_plan", len(runner.plan.workers), None,
                       lambda r: r.replan(moved_plan(r.plan, tags, to)), check=lambda r: moved_plan(r.plan, tags, to),
                       moved=names, to=to)
+
+    def _apply_move(self, text: str) -> None:
+        """``"a2, a3 -> w1"``: :meth:`move_tags` with the tags named as the spec prints them."""
+        text = text.strip()
+        if not text:
+            return  # an emptied box moves nothing
+        names, sep, to = text.partition("->")
+        if not sep or not to.strip() or not names.strip():
+            raise ConfigError(f"flumina.move takes 'TAG[, TAG...] -> WORKER', e.g. 'a2 -> w1', got {text!r}")
+        runner = self._need_runner(f"move {names.strip()}")
+        known = {str(t): t for t in runner.spec.tags}
+        tags = []
+        for name in (n.strip() for n in names.split(",")):
+            if name not in known:
+                raise ConfigError(f"flumina.move: spec {runner.spec.name} has no tag {name!r}; its tags: "
+                                  f"{', '.join(sorted(known, key=lambda k: tag_key(known[k])))}")
+            tags.append(known[name])
+        self.move_tags(tags, to.strip())
+        self._move = f"{', '.join(map(str, tags))} -> {to.strip()}"
+
+    def _apply_logic(self, name: str) -> None:
+        """Swap to the logic ``name`` (one of the runner's :attr:`~.batches.BatchRunner.logics`)."""
+        runner = self._need_runner(f"swap the logic to {name!r}")
+        if name not in runner.logics:
+            raise ConfigError(f"flumina.logic {name!r} is not a logic of this program; its logics: "
+                              f"{', '.join(runner.logics)}")
+        if name == self._next("flumina_logic", runner.logic):
+            return  # nothing changes: no transaction
+        spec, transform = runner.logics[name]
+        self.set_update(spec=spec, name=name, transform=transform)
 
     def set_update(self, update: Callable | None = None, *, spec: Spec | None = None, name: str | None = None,
                    transform: Callable[[Any], Any] | None = None) -> None:
@@ -255,8 +334,11 @@ class FluminaControl(BatchController):
         fn = update if update is not None else spec.update
         logic = str(name or getattr(fn, "__name__", None) or "update")
         runner = self._need_runner(f"swap the update function to {logic!r}")
-        if logic == runner.logic:
+        if logic == self._next("flumina_logic", runner.logic):
             raise ConfigError(f"the logic in force is already named {logic!r}: give the new one another name")
+        if logic in runner.logics and runner.logics[logic][0] is not spec:
+            raise ConfigError(f"{logic!r} names a logic this program declares: swap to it by name "
+                              f"(flumina.logic={logic}), or give the new one another name")
 
         def new_spec(r) -> Spec:
             s = spec if spec is not None else dataclasses.replace(r.spec, update=update)

@@ -8,6 +8,7 @@ from .batches import (
     batch_size_figure,
     inflection_figure,
     latency_figure,
+    source_lag_figure,
     throughput_figure,
     time_split_figure,
 )
@@ -61,6 +62,7 @@ __all__ = [
     "overhead_figure",
     "parallelism_figure",
     "pick_timeline_queries",
+    "source_lag_figure",
     "plan_edges",
     "plan_layout",
     "plan_nodes",

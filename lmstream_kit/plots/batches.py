@@ -17,6 +17,7 @@ __all__ = [
     "batch_size_figure",
     "inflection_figure",
     "latency_figure",
+    "source_lag_figure",
     "throughput_figure",
     "time_split_figure",
 ]
@@ -107,6 +108,29 @@ def batch_size_figure(records: Any) -> go.Figure:
                              mode="lines+markers", yaxis="y2"))
     _secondary_axis(fig, "bytes per batch", rangemode="tozero")
     fig.update_yaxes(rangemode="tozero")
+    return _add_markers(fig, df)
+
+
+def source_lag_figure(records: Any) -> go.Figure:
+    """Rows read per batch (bars) and the source's lag after it (line, ``source_lag``: what a Kafka
+    topic held past the batch's end offsets), all batches; a gap where a record has no lag.
+
+    >>> fig = source_lag_figure([{"batch_id": 0, "rows": 100, "source_lag": 400},
+    ...                          {"batch_id": 1, "rows": 100, "source_lag": 300}])
+    >>> [t.name for t in fig.data], list(fig.data[1].y)
+    (['rows read', 'lag after the batch'], [400.0, 300.0])
+    """
+    df = records_frame(records)
+    fig = _figure("Rows read and consumer lag per micro-batch", "rows")
+    if _data(df).empty:
+        return _empty(fig)
+    x = _ids(df)
+    lag = df["source_lag"] if "source_lag" in df else pd.Series([None] * len(df), index=df.index)
+    fig.add_trace(go.Bar(x=x, y=_values(df["rows"], count=True), name="rows read", opacity=0.6))
+    fig.add_trace(go.Scatter(x=x, y=_values(pd.to_numeric(lag, errors="coerce")), name="lag after the batch",
+                             mode="lines+markers", hovertemplate="%{y:,.0f} records behind"))
+    fig.update_yaxes(rangemode="tozero")
+    fig.update_layout(legend=_LEGEND_BELOW)
     return _add_markers(fig, df)
 
 

@@ -14,6 +14,7 @@ from .history import (
     stage_dag,
 )
 from .ds2 import ds2_parallelism
+from .executors import ClusterExecutors
 from .knobs import MAX_INPUT_PARTITIONS, ExplorePartitions, InputPartitions
 from .operators import OperatorMetrics, OperatorSample, operator_samples
 from .pretrain import dag_distance, history_transitions, similar_fingerprints, stage_graph
@@ -32,6 +33,7 @@ __all__ = [
     "simulate_batch",
     "simulate_stream",
     "BottleneckModel",
+    "ClusterExecutors",
     "ParallelismTuner",
     "SOURCE_STAGE",
     "Transition",

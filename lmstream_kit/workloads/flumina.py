@@ -17,7 +17,8 @@ under every admission policy, with the usual metrics.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+import functools
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -61,7 +62,7 @@ FLUMINA_EXAMPLES: dict[str, FluminaExample] = {
 def flumina_workload(example: str = "value_barrier", *, parallelism: int = 2, shards: int | None = None,
                      sync_every: int = 10_000, bound_s: float = 10.0, work: int = 0, plan=None,
                      name: str | None = None, update: Callable | None = None, logic: str | None = None,
-                     migrations: dict | None = None) -> Workload:
+                     migrations: dict | None = None, logics: Mapping[str, Any] | None = None) -> Workload:
     """A workload that runs Flumina ``example`` on ``parallelism`` workers.
 
     Parameters
@@ -78,6 +79,11 @@ def flumina_workload(example: str = "value_barrier", *, parallelism: int = 2, sh
         restarted after the swap is started with it, since its saved state was made by it).
     migrations : ``{logic: transform}`` for a saved state made by another logic
         (:class:`~lmstream_kit.flumina.batches.BatchRunner`).
+    logics : ``{name: update}`` or ``{name: (update, transform)}``, optional
+        Other update functions of the example's spec, swapped in by name while the stream runs
+        (``reconfigure --set flumina.logic=NAME``, or the dashboard's menu); ``transform(state)``
+        brings the state of another logic to this one's (None: they share the state's shape).  A
+        run restarted after such a swap goes on under the logic its saved state was made by.
 
     The stream gets a :class:`~lmstream_kit.flumina.live.FluminaControl`, which rescales the
     workers, migrates tags between them and swaps the update function while it runs.
@@ -89,15 +95,31 @@ def flumina_workload(example: str = "value_barrier", *, parallelism: int = 2, sh
             raise ConfigError(f"{label} must be an integer >= {low}, got {value!r}")
     parts = shards or parallelism
     generate, payload_type, codec = FLUMINA_EXAMPLES[example]
-    spec = with_work(EXAMPLES.get(example).spec(parts), work)
+    base = EXAMPLES.get(example).spec(parts)
+    spec = with_work(base, work)
+    from ..flumina.batches import INITIAL_LOGIC
+
+    named: dict[str, tuple] = {INITIAL_LOGIC: (spec, None)}
+    for key, value in (logics or {}).items():
+        fn, transform = value if isinstance(value, tuple) else (value, None)
+        if not isinstance(key, str) or not key or key == INITIAL_LOGIC:
+            raise ConfigError(f"a logic's name must be a non-empty string other than {INITIAL_LOGIC!r} (the "
+                              f"example's own update), got {key!r}")
+        if not callable(fn) or (transform is not None and not callable(transform)):
+            raise ConfigError(f"logic {key!r} must be an update function (state, event) -> (state, outputs), or "
+                              f"(update, transform), got {value!r}")
+        named[key] = (with_work(dataclasses.replace(base, update=fn), work), transform)
     if update is not None:
         if not callable(update):
             raise ConfigError(f"update must be a function (state, event) -> (state, outputs), got {update!r}")
         spec = dataclasses.replace(spec, update=update)
         logic = logic or getattr(update, "__name__", None) or "update"
-    from ..flumina.batches import INITIAL_LOGIC
-
     logic = str(logic or INITIAL_LOGIC)
+    if logic in named and named[logic][0].update is not spec.update:
+        if update is not None or logic == INITIAL_LOGIC:
+            raise ConfigError(f"logic {logic!r} is declared in logics= too: start with it by its name alone")
+        spec = named[logic][0]  # start under one of the declared logics, by name
+    named.setdefault(logic, (spec, None))
     if plan is None:
         from ..flumina.plan import greedy_plan, sequential_plan
 
@@ -113,8 +135,8 @@ def flumina_workload(example: str = "value_barrier", *, parallelism: int = 2, sh
     def batch_program(state_dir: Path) -> Callable[[Any, int], tuple[pa.Table, dict]]:
         from ..flumina.batches import BatchRunner
 
-        runner = BatchRunner(spec, plan, snapshots=Path(state_dir), logic=logic,
-                             migrations=migrations).restore()  # writes the plan for the panel
+        runner = BatchRunner(spec, plan, snapshots=Path(state_dir), logic=logic, migrations=migrations,
+                             logics=named).restore()  # writes the plan for the panel
 
         def program(batch_df, batch_id: int) -> tuple[pa.Table, dict]:
             from ..engine.flumina import spark_workers
@@ -142,5 +164,5 @@ def flumina_workload(example: str = "value_barrier", *, parallelism: int = 2, sh
         description=f"Flumina {example} on {len(plan.workers)} worker(s), a sync about every {sync_every} events",
         schema=schema, make_rows=make_rows, build_query=lambda stream: stream,
         window_range_s=0.0, slide_s=float(bound_s), output_mode="append", batch_program=batch_program,
-        controllers=(FluminaControl,),
+        controllers=(functools.partial(FluminaControl, logics=tuple(named)),),
     )

@@ -1,0 +1,162 @@
+"""A Kafka topic indexed into a spool (lmstream_kit.feed.kafka) against a real broker.
+
+The pure parts (URIs, JSON values, offset ranges) run without a broker; the rest produces with a
+real client to the session's broker, indexes the topic, and reads the records back by offset.
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import datetime, timezone
+
+import pyarrow as pa
+import pytest
+
+from lmstream_kit.exceptions import ConfigError, KitError, SpoolError
+from lmstream_kit.feed.kafka import (
+    TopicIndexer,
+    TopicRef,
+    TopicWriter,
+    create_topic,
+    decode_json,
+    encode_json,
+    merge_ranges,
+    parse_kafka_uri,
+    read_kafka_datasets,
+    split_ranges,
+)
+from lmstream_kit.feed.spool import Spool
+
+SCHEMA = pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("speed", pa.float64()),
+                    pa.field("name", pa.string()), pa.field("ts", pa.timestamp("us"))])
+
+
+def rows(start: int, n: int) -> pa.Table:
+    return pa.table({"id": pa.array(range(start, start + n), pa.int64()),
+                     "speed": [i * 0.5 for i in range(start, start + n)],
+                     "name": [None if i % 7 == 0 else f"car {i}" for i in range(start, start + n)],
+                     "ts": pa.array([datetime(2026, 11, 24, 12, 0, i % 60, 123456) for i in range(start, start + n)],
+                                    pa.timestamp("us"))}, schema=SCHEMA)
+
+
+@pytest.mark.parametrize("bad", ["kafka://host/topic", "kafka://host:0/t", "kafka://host:9092/", "http://h:1/t",
+                                 "kafka://host:9092/a b", "kafka://h:99999/t"])
+def test_a_malformed_kafka_uri_is_refused_in_one_line_naming_it(bad):
+    with pytest.raises(ConfigError, match=r"^a Kafka feed is kafka://HOST:PORT/TOPIC, got ") as err:
+        parse_kafka_uri(bad)
+    assert repr(bad) in str(err.value)
+
+
+def test_json_values_round_trip_to_the_schema_exactly():
+    table = rows(0, 50)
+    back, bad = decode_json(encode_json(table), SCHEMA)
+    assert bad == [] and back.equals(table)
+
+
+def test_records_that_do_not_fit_are_named_by_index_and_reason():
+    values = [*encode_json(rows(0, 2)), b"{not json", b'{"id": null}', b'{"id": 5, "speed": "fast"}']
+    table, bad = decode_json(values, SCHEMA)
+    assert table.column("id").to_pylist() == [0, 1]
+    assert [i for i, _ in bad] == [2, 3, 4]
+    assert bad[0][1].startswith("invalid JSON: ") and bad[1][1] == "column 'id': value is missing"
+    assert bad[2][1] == "column 'speed': value 'fast' is not double"
+
+
+def test_ranges_merge_only_when_contiguous_and_split_along_partitions():
+    assert merge_ranges([{1: (10, 20)}, {0: (0, 4)}, {1: (20, 21)}]) == {0: (0, 4), 1: (10, 21)}
+    with pytest.raises(KitError, match=r"^offset ranges of partition 1 are not contiguous: 10-20, then 22-30$"):
+        merge_ranges([{1: (10, 20)}, {1: (22, 30)}])
+    pieces = split_ranges({0: (0, 100), 1: (0, 3), 2: (7, 7)}, 4)
+    assert pieces == [(0, 0, 34), (0, 34, 67), (0, 67, 100), (1, 0, 3)]  # an empty range gives no piece
+    assert split_ranges({0: (0, 2)}, 8) == [(0, 0, 1), (0, 1, 2)]  # never a piece without a record
+
+
+def test_a_kafka_spool_keeps_its_topic_and_refuses_another(tmp_path):
+    meta = {"bootstrap": "127.0.0.1:1", "topic": "a", "format": "json"}
+    with Spool(tmp_path / "s", schema=SCHEMA, kafka=meta) as sp:
+        info = sp.append_ranges({0: (0, 3)}, rows=3, nbytes=30, arrival=1.0)
+        assert (info.seq, info.ranges, info.path) == (0, {0: (0, 3)}, "")
+        with pytest.raises(SpoolError, match="holds data files"):
+            Spool(tmp_path / "files", schema=SCHEMA).append_ranges({0: (0, 1)}, rows=1, nbytes=1, arrival=0)
+    again = Spool(tmp_path / "s", create=False)
+    assert again.kafka == meta and again.datasets()[0].ranges == {0: (0, 3)}
+    with pytest.raises(SpoolError, match=r"indexes .*'topic': 'a'.*, not .*'topic': 'b'"):
+        Spool(tmp_path / "s", kafka={**meta, "topic": "b"})
+
+
+@pytest.mark.kafka
+def test_the_indexer_indexes_what_a_producer_wrote_and_reads_it_back_by_offset(kafka_broker, tmp_path):
+    ref = TopicRef(kafka_broker.bootstrap, "feed-index")
+    assert create_topic(ref, 3) is True and create_topic(ref, 3) is False
+    writer = TopicWriter(ref)
+    before = time.time()
+    writer.write(rows(0, 300))
+    after = time.time()
+    spool = Spool(tmp_path / "spool", schema=SCHEMA, kafka={"bootstrap": ref.bootstrap, "topic": ref.topic,
+                                                              "format": "json"})
+    indexer = TopicIndexer(spool)
+    first = indexer.poll_once()
+    assert first.rows == 300 and sum(b - a for a, b in first.ranges.values()) == 300
+    assert all(a == 0 for a, _ in first.ranges.values())
+    # LogAppendTime: the broker stamped the records when they came (same clock, to the millisecond)
+    assert before - 0.01 <= first.arrival <= after + 0.01
+    assert 300 * 20 < first.nbytes < 300 * 200  # estimated from the sampled records' sizes
+    assert indexer.poll_once() is None  # nothing new
+    writer.write(rows(300, 50))
+    second = indexer.poll_once()
+    assert second.seq == 1 and second.rows == 50
+    assert all(second.ranges[p][0] == first.ranges[p][1] for p in second.ranges if p in first.ranges)
+    back = spool.read_table().sort_by("id")
+    assert back.equals(rows(0, 350))
+    assert spool.read_table(1, 2).num_rows == 50
+    spool.close()
+
+    # a restarted run's indexer goes on after what the spool indexed: nothing twice, nothing skipped
+    writer.write(rows(350, 10))
+    reopened = Spool(tmp_path / "spool", schema=SCHEMA)
+    third = TopicIndexer(reopened).poll_once()
+    assert third.seq == 2 and third.rows == 10
+    assert reopened.read_table().sort_by("id").equals(rows(0, 360))
+    reopened.close()
+
+
+@pytest.mark.kafka
+def test_bad_records_are_left_out_with_their_partition_offset_and_reason(kafka_broker, tmp_path):
+    from confluent_kafka import Producer
+
+    ref = TopicRef(kafka_broker.bootstrap, "feed-bad")
+    create_topic(ref, 1)
+    producer = Producer({"bootstrap.servers": ref.bootstrap})
+    for value in [*encode_json(rows(0, 3)), b"garbage", *encode_json(rows(3, 2)), b'{"id": "x"}']:
+        producer.produce(ref.topic, value=value)
+    assert producer.flush(30) == 0
+    meta = {"bootstrap": ref.bootstrap, "topic": ref.topic, "format": "json"}
+    spool = Spool(tmp_path / "spool", schema=SCHEMA, kafka=meta)
+    info = TopicIndexer(spool).poll_once()
+    assert info.rows == 7  # Kafka counts records, good or not
+    rejects: list = []
+    table = pa.Table.from_batches(list(read_kafka_datasets(meta, [info], SCHEMA, rejects=rejects)), schema=SCHEMA)
+    assert table.column("id").to_pylist() == [0, 1, 2, 3, 4]
+    assert [(r["partition"], r["offset"], r["record"]) for r in rejects] == [(0, 3, "garbage"), (0, 6, '{"id": "x"}')]
+    assert rejects[1]["reason"] == "column 'id': value 'x' is not int64"
+    spool.close()
+
+
+@pytest.mark.kafka
+def test_the_indexer_of_a_missing_topic_says_so_and_keeps_polling(kafka_broker, tmp_path):
+    meta = {"bootstrap": kafka_broker.bootstrap, "topic": "feed-missing", "format": "json"}
+    spool = Spool(tmp_path / "spool", schema=SCHEMA, kafka=meta)
+    indexer = TopicIndexer(spool, poll_s=0.05).start()
+    try:
+        deadline = time.monotonic() + 30
+        while indexer.error is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert indexer.error is not None and "feed-missing" in indexer.error, indexer.error
+        create_topic(TopicRef(meta["bootstrap"], meta["topic"]), 2)
+        TopicWriter(TopicRef(meta["bootstrap"], meta["topic"])).write(rows(0, 20))
+        while spool.end_seq == 0 and time.monotonic() < deadline + 30:
+            time.sleep(0.05)
+    finally:
+        indexer.stop()
+    assert spool.total_rows() == 20 and indexer.error is None
+    spool.close()
