@@ -102,3 +102,31 @@ def test_remove_on_batch(tmp_path):
     s.remove_on_batch(seen.append)
     s.remove_on_batch(print)  # unknown: ignored
     assert s.callbacks == []
+
+
+def test_an_admission_sees_a_new_target_only_with_its_change(tmp_path):
+    """An admission between the new bound and its change log was decided under the new bound but
+    left the change to the next batch (CI saw a record with the new target before the change)."""
+    import threading
+
+    from lmstream_kit.protocol import ADMISSION
+
+    s = make(tmp_path)
+    seen, threads = [], []
+    apply = s.controller.set_slide
+
+    def set_slide_then_admit(*args, **kwargs):
+        apply(*args, **kwargs)
+
+        def admission():  # what the run loop does when it admits: read the bound, take the changes
+            with s.loop.lock:
+                seen.append((s.controller.target_s, [c.param for c in s.changelog.take(ADMISSION)]))
+
+        threads.append(threading.Thread(target=admission))
+        threads[-1].start()
+        threads[-1].join(0.5)
+
+    s.controller.set_slide = set_slide_then_admit
+    s.set_target(2)
+    threads[-1].join(10)
+    assert seen == [(pytest.approx(0.5), ["target_s"])]
