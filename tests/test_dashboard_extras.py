@@ -7,6 +7,7 @@ callbacks registered with its ``on_batch``, as Spark's thread would.  No Spark.
 
 from __future__ import annotations
 
+import contextlib
 import doctest
 import json
 import subprocess
@@ -298,8 +299,10 @@ def test_replay_of_a_reconfigured_run_shows_the_journal_and_the_changes_on_the_l
         assert list(dash.snapshot()["reconfig_reconfig"].data[0].x) == [0, 1, 2]
 
 
-@needs_widgets
-def test_live_the_reconfig_panel_appears_with_the_journal_and_follows_it(tmp_path):
+@contextlib.contextmanager
+def _live_dashboard(tmp_path):
+    """A dashboard on a fake live stream that has run one batch (no extras yet); closing it
+    removes its subscription."""
     run = tmp_path / "run"
     run.mkdir()
     fake = FakeStream(run)
@@ -307,7 +310,16 @@ def test_live_the_reconfig_panel_appears_with_the_journal_and_follows_it(tmp_pat
     try:
         fake.emit(_rec(0, flumina=False))
         dash.refresh()
-        assert dash.panels == {}  # no change yet: no journal
+        assert dash.panels == {}
+        yield run, fake, dash
+    finally:
+        dash.close()
+    assert fake.callbacks == []
+
+
+@needs_widgets
+def test_live_the_reconfig_panel_appears_with_the_journal_and_follows_it(tmp_path):
+    with _live_dashboard(tmp_path) as (run, fake, dash):  # no change yet: no journal
         _journal(run, [("target_s", 10.0, 4.0, [("prepared", {}), ("applied", {})])])
         fake.emit(_rec(1, flumina=False))
         dash.refresh()
@@ -318,9 +330,6 @@ def test_live_the_reconfig_panel_appears_with_the_journal_and_follows_it(tmp_pat
         fake.emit(_rec(2, flumina=False))  # the panel redraws by itself after each batch
         assert "committed" in panel.table.value
         assert [s.x0 for s in panel.figures["reconfig"].layout.shapes] == [2]
-    finally:
-        dash.close()
-    assert fake.callbacks == []
 
 
 # --------------------------------------------------------------------------- the consumer-lag panel
@@ -343,18 +352,11 @@ def test_replay_of_an_attached_kafka_query_shows_its_lag_below_the_grid(tmp_path
 
 @needs_widgets
 def test_live_the_lag_panel_appears_at_the_first_record_with_a_lag(tmp_path):
-    run = tmp_path / "run"
-    run.mkdir()
-    fake = FakeStream(run)
-    dash = D.Dashboard(fake, throttle_s=60.0)
-    try:
-        fake.emit(_rec(0, flumina=False))
+    with _live_dashboard(tmp_path) as (_, fake, dash):  # no lag reported yet
         fake.emit({**_rec(1, flumina=False), "source_lag": 0})
         dash.refresh()
-        assert dash.panels == {}  # no lag reported, or none yet
+        assert dash.panels == {}  # a lag of 0 is none
         fake.emit({**_rec(2, flumina=False), "source_lag": 7})
         dash.refresh()
         assert list(dash.panels) == ["lag"]
         assert list(dash.panels["lag"].figures["source_lag"].data[1].y)[-1] == 7
-    finally:
-        dash.close()
