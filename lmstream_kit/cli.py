@@ -96,8 +96,8 @@ def _default_history():
 @click.option("--out", "out", default=None, type=click.Path(path_type=Path), help="Run directory [default: runs/WORKLOAD-POLICY-TIME].")
 @click.option("--input", "input_dir", default=None, type=click.Path(path_type=Path), help="Read rows from CSV/JSON/Parquet files landing in this directory.")
 @click.option("--spool", default=None, help="Spool location (path or pyarrow URI, e.g. file:///shared/spool) [default: RUN/spool].")
-@click.option("--feed", "feed", default=None, metavar="kafka://HOST:PORT/TOPIC", help="Send the generated traffic through this Kafka topic (created with --kafka-partitions where missing) and stream from it.")
-@click.option("--kafka", "kafka", default=None, metavar="kafka://HOST:PORT/TOPIC", help="Stream from a Kafka topic that others write to (JSON values of the workload's columns); --duration is the seconds to watch it.")
+@click.option("--feed", "feed", default=None, metavar="kafka://HOST:PORT/TOPIC", help="Send the generated traffic through this Kafka topic (created with --kafka-partitions where missing) and stream from it; ?format=avro writes Avro values instead of JSON.")
+@click.option("--kafka", "kafka", default=None, metavar="kafka://HOST:PORT/TOPIC", help="Stream from a Kafka topic that others write to (values of the workload's columns: JSON, or ?format=avro / avro-confluent); --duration is the seconds to watch it.")
 @click.option("--kafka-partitions", default=2, show_default=True, type=int, help="Partitions of a topic --feed creates.")
 @click.option("--master", default="local[2]", show_default=True, help="Spark master: local[N] or spark://host:port.")
 @click.option("--read", "read_mode", default="auto", show_default=True, type=click.Choice(["auto", "driver", "executors"]), help="Where batches are read: in the driver (no Python task per batch) or on executors; auto = driver for local masters.")
@@ -438,8 +438,10 @@ def compare(run_dirs):
 @click.option("--optimizer/--no-optimizer", default=None, help="Re-tune the inflection point online [default: on for the lmstream policy].")
 @click.option("--conf", "confs", multiple=True, metavar="KEY=VALUE", help="Extra Spark conf (repeatable).")
 @click.option("--jars", default=None, help="Comma-separated jars for Spark (spark.jars).")
+@click.option("--feed", default=None, metavar="kafka://HOST:PORT/PREFIX", help="Send every run's traffic through a Kafka topic of its own (PREFIX-RUN-START, created) and stream from it; ?format=avro for Avro values [default: the spool].")
+@click.option("--kafka-partitions", default=2, show_default=True, type=int, help="Partitions of each topic of --feed.")
 @click.option("--out", "out", required=True, type=click.Path(path_type=Path), help="Bench directory.")
-def bench(queries, policies, traffic, duration, repeat, speedup, rate, spread, seed, trigger_s, warmup_s, capacity, capacity_duration, capacity_start, capacity_probes, output, master, results_format, reproduction, notes, device_mode, optimizer, confs, jars, out):
+def bench(queries, policies, traffic, duration, repeat, speedup, rate, spread, seed, trigger_s, warmup_s, capacity, capacity_duration, capacity_start, capacity_probes, output, master, results_format, reproduction, notes, device_mode, optimizer, confs, jars, feed, kafka_partitions, out):
     """Run queries x policies x traffic and write results.parquet and report.html.
 
     Every cell runs to the end of its traffic on one SparkSession; the same
@@ -455,6 +457,7 @@ def bench(queries, policies, traffic, duration, repeat, speedup, rate, spread, s
         capacity=capacity, capacity_duration_s=capacity_duration, capacity_start=capacity_start,
         capacity_probes=capacity_probes, output=output, master=master, results_format=results_format,
         spark_conf=_spark_conf(confs, jars), device_mode=device_mode, optimizer=optimizer,
+        feed=feed, kafka_partitions=kafka_partitions,
     )
     notes_text = notes.read_text() if notes is not None else None
     result = _with_bench_progress(

@@ -315,13 +315,11 @@ class LiveStream(StreamControls):
         try:
             previous = read_run_info(self.run_dir)
             if self.kafka is not None:  # an unreachable broker is said now, before Spark starts
-                from .feed.kafka import check_reachable, create_topic
+                from .feed.kafka import open_topic
 
-                if check_reachable(self.kafka) is False and self.traffic is not None:
-                    create_topic(self.kafka, self.kafka_partitions)
+                open_topic(self.kafka, create_partitions=self.kafka_partitions if self.traffic is not None else None)
             self.spool = Spool(self.spool_location, schema=self.workload.schema,
-                               kafka=None if self.kafka is None else {
-                                   "bootstrap": self.kafka.bootstrap, "topic": self.kafka.topic, "format": "json"})
+                               kafka=None if self.kafka is None else self.kafka.meta)
             self.loop.spool = self.spool
             checkpoint = self.run_dir / "checkpoint"
             self.journal = Journal(self.run_dir)

@@ -71,6 +71,19 @@ def test_config_validates_names_and_values():
         BenchConfig(repeat=0)
 
 
+def test_a_bench_on_kafka_gives_each_run_a_fresh_topic_and_refuses_bad_feeds_in_one_line():
+    cfg = BenchConfig(queries="LR2S", feed="kafka://127.0.0.1:9092/b", kafka_partitions=3)
+    assert cfg.topic_uri("LR2S-asap-random-r1", "20261124T201500") == "kafka://127.0.0.1:9092/b-LR2S-asap-random-r1-20261124T201500"
+    assert cfg.topic_uri("my query/x", "s") == "kafka://127.0.0.1:9092/b-my_query_x-s"  # a topic's characters only
+    assert BenchConfig(queries="LR2S").topic_uri("LR2S-asap-random-r1", "s") is None  # the spool
+    for feed, message in [("kafka://h/b", r"^a Kafka feed is kafka://HOST:PORT/TOPIC"),
+                          ("kafka://h:1/b?format=avro-confluent", r"^the kit's generator writes json or avro values, not 'avro-confluent'")]:
+        with pytest.raises(ConfigError, match=message):
+            BenchConfig(queries="LR2S", feed=feed)
+    with pytest.raises(ConfigError, match=r"kafka_partitions.*0"):
+        BenchConfig(queries="LR2S", feed="kafka://h:1/b", kafka_partitions=0)
+
+
 # ---------------------------------------------------------------- one cell's summary
 def metrics_frame():
     # three batches: one empty, two with data, all wall seconds

@@ -28,6 +28,8 @@ MODULES = [
     "lmstream_kit.mapper",
     "lmstream_kit.feed.ingest",
     "lmstream_kit.feed.kafka",
+    "lmstream_kit.feed.values",
+    "lmstream_kit.bench.config",
     "lmstream_kit.jars",
     "lmstream_kit.kafka.broker",
     "lmstream_kit.feed.parse",

@@ -31,17 +31,18 @@ def sorted_rows(table: pa.Table) -> list[tuple]:
     return sorted(zip(*(table[c].to_pylist() for c in COLUMNS), strict=True))
 
 
-@pytest.mark.parametrize("read", ["driver", "executors"])
-def test_every_record_of_the_topic_is_processed_exactly_once(spark, kafka_broker, tmp_path, read):
+@pytest.mark.parametrize("read, fmt", [("driver", "json"), ("executors", "avro")], ids=["driver", "executors-avro"])
+def test_every_record_of_the_topic_is_processed_exactly_once(spark, kafka_broker, tmp_path, read, fmt):
     run = tmp_path / "kafka"
     s = LiveStream("PASSTHROUGH", policy="lmstream", traffic="random", rate=400, speedup=10, duration_s=60,
-                   run_dir=run, spark=spark, seed=3, read=read, kafka=f"kafka://{kafka_broker.bootstrap}/live-{read}",
-                   kafka_partitions=3)
+                   run_dir=run, spark=spark, seed=3, read=read,
+                   kafka=f"kafka://{kafka_broker.bootstrap}/live-{read}?format={fmt}", kafka_partitions=3)
     s.start()
     s.wait(until=lambda st: st.feed_finished(), timeout=180)
     s.stop()
     spool = Spool(run / "spool", create=False)
-    assert spool.kafka["topic"] == f"live-{read}" and all(d.ranges for d in spool.datasets())
+    assert spool.kafka == {"bootstrap": kafka_broker.bootstrap, "topic": f"live-{read}", "format": fmt}
+    assert all(d.ranges for d in spool.datasets())
     assert {p for d in spool.datasets() for p in d.ranges} == {0, 1, 2}
     fed = spool.read_table()  # from Kafka, by the offsets the index holds
     out = output_table(run)
@@ -82,7 +83,8 @@ def test_a_topic_that_others_write_to_is_read_as_it_comes_and_stops_cleanly(spar
 
 
 def test_a_bad_kafka_uri_or_a_topic_and_a_directory_are_refused_in_one_line(tmp_path):
-    with pytest.raises(ConfigError, match=r"^a Kafka feed is kafka://HOST:PORT/TOPIC, got 'kafka://nowhere'$"):
+    with pytest.raises(ConfigError, match=r"^a Kafka feed is kafka://HOST:PORT/TOPIC\[\?format=json\|avro\|avro-confluent\], "
+                                          r"got 'kafka://nowhere'$"):
         LiveStream("PASSTHROUGH", kafka="kafka://nowhere", run_dir=tmp_path / "a")
     with pytest.raises(ConfigError, match=r"^a stream reads either a Kafka topic or an input directory, not both$"):
         LiveStream("PASSTHROUGH", kafka="kafka://127.0.0.1:9/t", input_dir=tmp_path, run_dir=tmp_path / "b")
@@ -144,3 +146,41 @@ def test_a_broker_restart_stalls_the_stream_and_it_goes_on_with_nothing_lost(spa
         assert sorted_rows(output_table(run)) == sorted_rows(fed) and fed.num_rows == s.feed.sink.rows
     finally:
         broker.stop()
+
+
+def test_a_bench_on_kafka_runs_each_cell_through_a_topic_of_its_own(spark, kafka_broker, tmp_path):
+    from lmstream_kit.bench import BenchConfig, run_bench
+
+    cfg = BenchConfig(queries="PASSTHROUGH", policies="lmstream,asap", traffic="constant", duration_s=30, speedup=10,
+                      rate=300, warmup_s=0, output="parquet", feed=f"kafka://{kafka_broker.bootstrap}/bench")
+    result = run_bench(cfg, tmp_path / "bench", spark=spark)
+    assert list(result.results["feed"]) == ["kafka", "kafka"] and result.meta["feed"] == cfg.feed
+    topics = []
+    for row in result.results.itertuples():
+        spool = Spool(tmp_path / "bench" / row.run_dir / "spool", create=False)
+        topics.append(spool.kafka["topic"])
+        fed = spool.read_table()  # what the cell's generator wrote to its topic, read back by offset
+        assert fed.num_rows == row.rows == 30 * 300
+        assert sorted_rows(output_table(tmp_path / "bench" / row.run_dir)) == sorted_rows(fed)
+    assert len(set(topics)) == 2 and all(t.startswith("bench-PASSTHROUGH-") for t in topics)
+
+
+@pytest.mark.timing
+def test_lmstream_keeps_max_latency_under_the_slide_on_kafka_too(spark, kafka_broker, tmp_path):
+    """The spool's bound check (tests/test_stream_spark.py) on a topic: the generator writes it, the
+    controller admits from its index, each batch reads its offsets from the broker."""
+    run = tmp_path / "bound"
+    speedup = 2.0  # slide 10 s simulated -> 5 s wall bound
+    s = LiveStream("LR2S", policy="lmstream", traffic="random", rate=1000, speedup=speedup, duration_s=120,
+                   run_dir=run, spark=spark, seed=7, kafka=f"kafka://{kafka_broker.bootstrap}/bound", kafka_partitions=2)
+    s.start()
+    s.wait(until=lambda st: st.feed_finished(), timeout=180)
+    s.stop(drain=False)
+    df = load_metrics(run)
+    data = df[df["rows"] > 0].iloc[3:]  # warm-up: JIT and the predictor's first fits
+    assert len(data) >= 8, f"too few batches: {len(data)}"
+    bound = 10 / speedup
+    table = data[["batch_id", "rows", "max_latency_s", "processing_s", "margin_s"]].to_string()
+    assert (data["max_latency_s"] <= bound).mean() >= 0.9, table
+    assert data["max_latency_s"].max() <= 1.2 * bound, table
+    assert data["n_datasets"].median() >= 3  # the controller buffered the topic's records

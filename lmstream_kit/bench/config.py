@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import asdict, dataclass, field
 from typing import Callable, Optional, Sequence
 
@@ -58,6 +59,13 @@ class BenchConfig:
         Run the inflection-point optimizer (default: for the ``lmstream`` policy).
     spark_conf : dict
         Extra Spark confs of the bench's session (e.g. the RAPIDS plugin's).
+    feed : str, optional
+        ``kafka://HOST:PORT/PREFIX[?format=json|avro]``: every run (warm-ups, cells and capacity
+        probes) sends its generated traffic through a topic of its own, ``PREFIX-<run>-<bench
+        start>`` with ``kafka_partitions`` partitions, and streams from it.  None: the spool.  The
+        same seed gives the same rows on both, so two benches compare the feeds.
+    kafka_partitions : int
+        Partitions of each topic of ``feed``.
     """
 
     queries: Sequence[str] = ALL_QUERIES
@@ -83,9 +91,18 @@ class BenchConfig:
     spark_conf: dict = field(default_factory=dict)
     device_mode: str = "advisory"
     optimizer: Optional[bool] = None
+    feed: Optional[str] = None
+    kafka_partitions: int = 2
 
     def __post_init__(self) -> None:
         check_device_mode(self.device_mode)
+        if self.feed is not None:
+            from ..feed.kafka import parse_kafka_uri
+            from ..feed.values import check_format
+            from ..protocol import Param
+
+            check_format(parse_kafka_uri(self.feed).format, writing=True)
+            self.kafka_partitions = Param("kafka_partitions", int, low=1).validate(self.kafka_partitions)
         # names or your own queries (FILE.py:NAME, MODULE:NAME, Workload objects), resolved once
         self._workloads: dict[str, Workload] = {}
         for q in _names(self.queries, "queries"):
@@ -116,6 +133,23 @@ class BenchConfig:
             raise ConfigError(f"results format must be 'parquet' or 'csv', got {self.results_format!r}")
         if self.capacity_start is not None and not self.capacity_start > 0:
             raise ConfigError(f"capacity start rate must be > 0, got {self.capacity_start!r}")
+
+    def topic_uri(self, run: str, stamp: str) -> Optional[str]:
+        """The Kafka topic of the run named ``run`` in the bench started at ``stamp`` (None: the spool).
+
+        >>> BenchConfig(queries=["LR2S"], feed="kafka://127.0.0.1:9092/bench?format=avro").topic_uri(
+        ...     "LR2S-lmstream-constant-r0", "20261124T201500")
+        'kafka://127.0.0.1:9092/bench-LR2S-lmstream-constant-r0-20261124T201500?format=avro'
+        """
+        if self.feed is None:
+            return None
+        from dataclasses import replace
+
+        from ..feed.kafka import parse_kafka_uri
+
+        ref = parse_kafka_uri(self.feed)
+        name = re.sub(r"[^A-Za-z0-9._\-]", "_", f"{ref.topic}-{run}-{stamp}")[:249]
+        return replace(ref, topic=name).uri
 
     def workload(self, name: str) -> Workload:
         """The Workload a query name of this bench stands for."""

@@ -20,11 +20,12 @@ from .outputs import _kit_version, machine_info, write_outputs, write_reports
 class _Runner:
     """Runs cells on one SparkSession and measures their CPU."""
 
-    def __init__(self, cfg: BenchConfig, out: Path, spark, meter) -> None:
+    def __init__(self, cfg: BenchConfig, out: Path, spark, meter, stamp: str = "") -> None:
         self.cfg = cfg
         self.out = out
         self.spark = spark
         self.meter = meter
+        self.stamp = stamp  # the bench's start: a fresh topic for each run of a bench on Kafka
 
     def stream(self, query: str, policy: str, traffic: str, *, rate: float, seed: int, duration_s: float,
                run_dir: Path):
@@ -48,6 +49,8 @@ class _Runner:
             read=self.cfg.read,
             device_mode=self.cfg.device_mode,
             optimizer=self.cfg.optimizer,
+            kafka=self.cfg.topic_uri(run_dir.name, self.stamp),
+            kafka_partitions=self.cfg.kafka_partitions,
         )
 
     def run(self, query: str, policy: str, traffic: str, *, rate: float, seed: int, duration_s: float,
@@ -126,12 +129,16 @@ def run_bench(
         raise ConfigError(f"cannot create bench directory {out}: {exc.strerror}") from None
     notify = progress or (lambda event: None)
     started = datetime.now(timezone.utc)
+    if cfg.feed is not None:  # a broker that does not answer is one line, before Spark starts
+        from ..feed.kafka import check_reachable, parse_kafka_uri
+
+        check_reachable(parse_kafka_uri(cfg.feed))
     engine = SparkEngine(master=cfg.master, spark=spark, conf=cfg.spark_conf, app_name="lmstream_kit-bench")
     engine.open()
     try:
         cfg.resolve_windows(engine.query_window)
         meter = CpuMeter(engine.driver_pid())
-        runner = _Runner(cfg, out, engine.spark, meter)
+        runner = _Runner(cfg, out, engine.spark, meter, stamp=started.strftime("%Y%m%dT%H%M%S"))
         meta = {
             "command": command or "run_bench(...)",
             "started_at": started.isoformat(timespec="seconds"),
@@ -144,6 +151,7 @@ def run_bench(
             "config": _config_dict(cfg),
             **{k: _config_dict(cfg)[k] for k in ("speedup", "duration_s", "repeat", "rate", "queries",
                                                   "policies", "traffic", "trigger_s", "output")},
+            "feed": cfg.feed or "spool",
         }
         cells_log = JsonlWriter(out / "cells.jsonl")
         rows: list[dict] = []
@@ -171,7 +179,8 @@ def run_bench(
             row = cell_row(metrics, workload=workload, policy=cell["policy"], traffic=cell["traffic"],
                            rep=cell["rep"], seed=seed, rate=cfg.rate, speedup=cfg.speedup,
                            duration_s=cfg.duration_s, cpu=cpu)
-            row.update(run_dir=str(run_dir.relative_to(out)), spark_version=meta["spark_version"])
+            row.update(run_dir=str(run_dir.relative_to(out)), spark_version=meta["spark_version"],
+                       feed="spool" if cfg.feed is None else "kafka")
             rows.append(row)
             cells_log.append(row)
             batch_records.extend(batch_rows(metrics, workload=workload, policy=cell["policy"],

@@ -19,126 +19,80 @@ poll that found records, with
 
 Everything that reads a spool then works on a topic: the admission gate sees pending records,
 bytes and the oldest one's arrival, and a batch's datasets name the exact offsets it reads, so
-a batch replayed after a restart reads the same records.  Values are JSON objects, decoded to the
-spool's schema by :func:`decode_json`; a record that does not fit is rejected with its partition,
-offset and reason (the dead-letter file), and never stops the stream.
+a batch replayed after a restart reads the same records.  Values are JSON objects or Avro records
+(:mod:`~lmstream_kit.feed.values`, the URI's ``?format=``), decoded to the spool's schema; a record
+that does not fit is rejected with its partition, offset and reason (the dead-letter file), and
+never stops the stream.
 
 >>> parse_kafka_uri("kafka://127.0.0.1:9092/events")
-TopicRef(bootstrap='127.0.0.1:9092', topic='events')
+TopicRef(bootstrap='127.0.0.1:9092', topic='events', format='json')
+>>> parse_kafka_uri("kafka://127.0.0.1:9092/events?format=avro").format
+'avro'
 >>> parse_kafka_uri("kafka://127.0.0.1/events")
 Traceback (most recent call last):
 ...
-lmstream_kit.exceptions.ConfigError: a Kafka feed is kafka://HOST:PORT/TOPIC, got 'kafka://127.0.0.1/events'
+lmstream_kit.exceptions.ConfigError: a Kafka feed is kafka://HOST:PORT/TOPIC[?format=json|avro|avro-confluent], got 'kafka://127.0.0.1/events'
 >>> merge_ranges([{0: (0, 5), 1: (0, 2)}, {0: (5, 9)}])
 {0: (0, 9), 1: (0, 2)}
 """
 
 from __future__ import annotations
 
-import json
 import logging
-import math
 import re
 import threading
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from typing import Any
 
 import pyarrow as pa
 
 from ..exceptions import ConfigError, KitError, one_line
-from .validate import _convert_python, _Rejects, apply_checks
+from .values import FORMATS, check_format, decode_json, decode_values, encode_json, encode_values
 
-__all__ = ["TopicIndexer", "TopicRef", "TopicWriter", "create_topic", "decode_json", "encode_json",
-           "merge_ranges", "parse_kafka_uri", "read_kafka_datasets", "read_pieces", "read_ranges", "split_ranges"]
+__all__ = ["TopicIndexer", "TopicRef", "TopicWriter", "create_topic", "decode_json", "encode_json", "merge_ranges",
+           "open_topic", "parse_kafka_uri", "read_kafka_datasets", "read_pieces", "read_ranges", "split_ranges"]
 
-_URI = re.compile(r"^kafka://(?P<host>[A-Za-z0-9_.\-]+|\[[0-9A-Fa-f:]+\]):(?P<port>\d{1,5})/(?P<topic>[A-Za-z0-9._\-]{1,249})$")
+#: the headers of a record the kit's generator wrote: its simulated second and the row's index in it
+SECOND_HEADER, ROW_HEADER = "lmstream.second", "lmstream.row"
+
+_URI = re.compile(r"^kafka://(?P<host>[A-Za-z0-9_.\-]+|\[[0-9A-Fa-f:]+\]):(?P<port>\d{1,5})/(?P<topic>[A-Za-z0-9._\-]{1,249})"
+                  r"(\?format=(?P<format>[a-z\-]+))?$")
 
 
 @dataclass(frozen=True)
 class TopicRef:
-    """A topic on a Kafka cluster: its ``bootstrap.servers`` and name."""
+    """A topic on a Kafka cluster: its ``bootstrap.servers``, name and value format
+    (:mod:`~lmstream_kit.feed.values`: ``json``, ``avro`` or ``avro-confluent``)."""
 
     bootstrap: str
     topic: str
+    format: str = "json"
 
     @property
     def uri(self) -> str:
-        return f"kafka://{self.bootstrap}/{self.topic}"
+        return f"kafka://{self.bootstrap}/{self.topic}" + ("" if self.format == "json" else f"?format={self.format}")
+
+    @property
+    def meta(self) -> dict:
+        """What a Kafka spool keeps of its topic (a run directory's spool refuses another topic or format)."""
+        return {"bootstrap": self.bootstrap, "topic": self.topic, "format": self.format}
 
 
 def parse_kafka_uri(text: str) -> TopicRef:
-    """``kafka://HOST:PORT/TOPIC`` as a :class:`TopicRef`; ConfigError (one line) otherwise."""
+    """``kafka://HOST:PORT/TOPIC[?format=json|avro|avro-confluent]`` as a :class:`TopicRef`;
+    ConfigError (one line) otherwise."""
     m = _URI.match(str(text).strip())
     if m is None or not 0 < int(m["port"]) < 65536 or m["topic"] in (".", ".."):
-        raise ConfigError(f"a Kafka feed is kafka://HOST:PORT/TOPIC, got {text!r}")
-    return TopicRef(f"{m['host']}:{int(m['port'])}", m["topic"])
+        raise ConfigError(f"a Kafka feed is kafka://HOST:PORT/TOPIC[?format={'|'.join(FORMATS)}], got {text!r}")
+    if m["format"] is not None and m["format"] not in FORMATS:
+        raise ConfigError(f"a topic's value format is one of {', '.join(FORMATS)}, got {m['format']!r} in {text!r}")
+    return TopicRef(f"{m['host']}:{int(m['port'])}", m["topic"], m["format"] or "json")
 
 
 def is_kafka_uri(text: Any) -> bool:
     return isinstance(text, str) and text.startswith("kafka://")
-
-
-# ---------------------------------------------------------------------- values
-def _json_value(v: Any) -> Any:
-    if isinstance(v, datetime):
-        if v.tzinfo is None:
-            v = v.replace(tzinfo=timezone.utc)
-        return v.timestamp()  # epoch seconds: decode_json reads them back exactly (to the microsecond)
-    if isinstance(v, float) and not math.isfinite(v):
-        return None
-    return v
-
-
-def encode_json(table: pa.Table) -> list[bytes]:
-    """One JSON object per row (timestamps as epoch seconds), the values a producer writes.
-
-    >>> encode_json(pa.table({"x": [1, 2], "s": ["a", None]}))
-    [b'{"x":1,"s":"a"}', b'{"x":2,"s":null}']
-    """
-    names = table.column_names
-    columns = [table.column(n).to_pylist() for n in names]
-    return [json.dumps({n: _json_value(c[i]) for n, c in zip(names, columns)}, separators=(",", ":")).encode()
-            for i in range(table.num_rows)]
-
-
-def decode_json(values: Sequence[bytes | None], schema: pa.Schema,
-                checks: Mapping[str, Any] | None = None) -> tuple[pa.Table, list[tuple[int, str]]]:
-    """Records' values (JSON objects) as a table of ``schema``, and the ``(index, reason)`` of each
-    value that does not fit (not JSON, not an object, a missing or mistyped column, a failed check).
-
-    >>> table, bad = decode_json([b'{"x": 1}', b'{"x": "two"}', b'[1]', None, b'{"x": 3, "y": 0}'],
-    ...                          pa.schema([pa.field("x", pa.int32(), nullable=False)]))
-    >>> table.column("x").to_pylist()
-    [1, 3]
-    >>> bad
-    [(1, "column 'x': value 'two' is not int32"), (2, 'record is not a JSON object'), (3, 'record has no value')]
-    """
-    records: list[dict] = []
-    where: list[int] = []
-    rejects: list[tuple[int, str]] = []
-    for i, raw in enumerate(values):
-        if raw is None:
-            rejects.append((i, "record has no value"))
-            continue
-        try:
-            item = json.loads(raw)
-        except (ValueError, UnicodeDecodeError) as exc:
-            rejects.append((i, f"invalid JSON: {one_line(exc)}"))
-            continue
-        if not isinstance(item, dict):
-            rejects.append((i, "record is not a JSON object"))
-            continue
-        records.append(item)
-        where.append(i)
-    problems = _Rejects()
-    arrays = [_convert_python(f, [r.get(f.name) for r in records], problems) for f in schema]
-    good, bad_rows = apply_checks(arrays, problems, len(records), schema, checks or {})
-    rejects += [(where[i], "; ".join(problems.by_row[i])) for i in bad_rows]
-    rejects.sort()
-    return good, rejects
 
 
 # ---------------------------------------------------------------------- ranges
@@ -247,6 +201,20 @@ def check_reachable(ref: TopicRef, timeout_s: float = 10.0) -> bool:
     return ref.topic in meta.topics
 
 
+def open_topic(ref: TopicRef, *, create_partitions: int | None = None) -> bool:
+    """Check, before a stream starts, that Kafka answers at ``ref`` (KitError in one line where not),
+    and create the topic with ``create_partitions`` where it is missing and that is given (the kit's
+    generator writes it); returns whether the topic exists now.  A topic that others write to may
+    come later: its indexer waits for it."""
+    if create_partitions is not None:
+        check_format(ref.format, writing=True)
+    exists = check_reachable(ref)
+    if not exists and create_partitions is not None:
+        create_topic(ref, create_partitions)
+        return True
+    return exists
+
+
 def topic_partitions(consumer, ref: TopicRef, timeout_s: float = 10.0) -> list[int]:
     """The topic's partition ids (KitError where the topic does not exist or Kafka is unreachable)."""
     from confluent_kafka import KafkaException
@@ -263,27 +231,57 @@ def topic_partitions(consumer, ref: TopicRef, timeout_s: float = 10.0) -> list[i
 
 
 class TopicWriter:
-    """Produce tables to a topic as JSON values (the feed's generators, ``--feed kafka://``)."""
+    """Produce tables to a topic as values of its format, JSON or Avro (the feed's generators,
+    ``--feed kafka://...``).
+
+    Rows go to the topic's partitions in turn, so each partition gets its share of every second
+    (Kafka's own choice for records without a key sticks to one partition per batch of records,
+    and a second's rows often fit one batch); where the partitions cannot be listed, Kafka chooses.
+    """
 
     def __init__(self, ref: TopicRef, *, linger_ms: int = 5) -> None:
         from confluent_kafka import Producer
 
         self.ref = ref
+        self.format = check_format(ref.format, writing=True)
         self._producer = Producer(_client_conf(ref.bootstrap, **{"linger.ms": linger_ms, "acks": "all",
                                                                  "enable.idempotence": True}))
         self._errors: list[str] = []
+        self._partitions: int | None = None
+        self._turn = 0
+
+    def _partition_count(self) -> int:
+        """The topic's partitions (0: unknown, Kafka chooses), listed once."""
+        if self._partitions is None:
+            try:
+                topic = self._producer.list_topics(self.ref.topic, timeout=10.0).topics.get(self.ref.topic)
+                self._partitions = len(topic.partitions) if topic is not None and topic.error is None else 0
+            except Exception:  # noqa: BLE001  (the broker away: Kafka picks, and we ask again next write)
+                return 0
+        return self._partitions
 
     def _delivered(self, err, _msg) -> None:
         if err is not None:
             self._errors.append(one_line(err))
 
-    def write(self, table: pa.Table, *, flush: bool = True, timeout_s: float = 300.0) -> int:
+    def write(self, table: pa.Table, *, flush: bool = True, timeout_s: float = 300.0, second: int | None = None,
+              row_ids: Sequence[int] | None = None) -> int:
         """Produce every row of ``table``; with ``flush``, return once Kafka has them all (a broker
-        that restarts meanwhile is waited for, up to ``timeout_s``, Kafka's own delivery timeout)."""
-        for value in encode_json(table):
+        that restarts meanwhile is waited for, up to ``timeout_s``, Kafka's own delivery timeout).
+
+        ``second``: the generator's simulated second of these rows, kept in each record's headers
+        with the row's index in it (``row_ids``, default 0, 1, ...), so that a resumed generator
+        goes on where the topic ends (:func:`generated_tail`)."""
+        ids = range(table.num_rows) if row_ids is None else row_ids
+        partitions = self._partition_count()
+        for i, value in zip(ids, encode_values(table, self.format)):
+            headers = None if second is None else [(SECOND_HEADER, b"%d" % second), (ROW_HEADER, b"%d" % i)]
+            where = {"partition": self._turn % partitions} if partitions else {}
+            self._turn += 1
             while True:
                 try:
-                    self._producer.produce(self.ref.topic, value=value, on_delivery=self._delivered)
+                    self._producer.produce(self.ref.topic, value=value, headers=headers, on_delivery=self._delivered,
+                                           **where)
                     break
                 except BufferError:  # the local queue is full: let it drain
                     self._producer.poll(0.1)
@@ -310,6 +308,12 @@ def read_ranges(ref: TopicRef, pieces: Iterable[tuple[int, int, int]], *, timeou
     piece, in offset order; KitError where Kafka does not give them within ``timeout_s`` (the
     broker down that long, or offsets deleted by retention): a broker that restarts meanwhile stalls
     the batch, it does not fail it."""
+    for msg in _read_messages(ref, pieces, timeout_s=timeout_s):
+        yield msg.partition(), msg.offset(), msg.value(), msg.timestamp()[1] / 1000
+
+
+def _read_messages(ref: TopicRef, pieces: Iterable[tuple[int, int, int]], *, timeout_s: float = 300.0) -> Iterator[Any]:
+    """The messages of each ``(partition, start, end)`` piece, in offset order (see :func:`read_ranges`)."""
     from confluent_kafka import KafkaError, TopicPartition
 
     consumer = _consumer(ref.bootstrap)
@@ -325,15 +329,19 @@ def read_ranges(ref: TopicRef, pieces: Iterable[tuple[int, int, int]], *, timeou
                     err = msg.error()
                     if err is not None:
                         if err.code() == KafkaError._PARTITION_EOF:
+                            if msg.offset() >= end:  # the rest of the piece holds no record (a transaction's
+                                want = end           # marker, compacted away): nothing to wait for
+                                break
                             continue
                         raise KitError(f"reading {ref.topic}[{partition}] at offset {want}: {one_line(err)}")
                     off = msg.offset()
                     if off < want:
                         continue
-                    if off >= end:
+                    if off >= end:  # past the piece: the offsets before it held no record
+                        want = end
                         break
                     want = off + 1  # past a compacted offset too
-                    yield partition, off, msg.value(), msg.timestamp()[1] / 1000
+                    yield msg
                     deadline = time.monotonic() + timeout_s
                 if time.monotonic() > deadline:
                     raise KitError(f"Kafka at {ref.bootstrap} gave no record of {ref.topic}[{partition}] from offset "
@@ -348,17 +356,17 @@ def read_pieces(meta: Mapping[str, Any], pieces: Iterable[tuple[int, int, int]],
     """The records of offset ``pieces`` of a Kafka spool's topic (``meta``: the spool's ``kafka``),
     decoded to ``schema`` in chunks of ``chunk`` records; each record that does not fit is left
     out and, with ``rejects``, added to it as ``{"partition", "offset", "record", "reason"}``."""
-    if meta.get("format", "json") != "json":
-        raise ConfigError(f"a Kafka spool's values are 'json', got {meta.get('format')!r}")
-    ref = TopicRef(meta["bootstrap"], meta["topic"])
+    fmt = check_format(meta.get("format", "json"))
+    ref = TopicRef(meta["bootstrap"], meta["topic"], fmt)
     buffer: list[tuple[int, int, bytes | None]] = []
 
     def flush() -> Iterator[pa.RecordBatch]:
-        table, bad = decode_json([v for _, _, v in buffer], schema, checks)
+        table, bad = decode_values([v for _, _, v in buffer], schema, fmt, checks)
         if rejects is not None:
             for i, reason in bad:
                 p, off, value = buffer[i]
-                record = None if value is None else value.decode("utf-8", "replace")
+                # a JSON record as its text, an Avro one as its bytes in hex
+                record = None if value is None else value.decode("utf-8", "replace") if fmt == "json" else value.hex()
                 rejects.append({"partition": p, "offset": off, "record": record, "reason": reason})
         buffer.clear()
         yield from table.to_batches()
@@ -396,7 +404,7 @@ class TopicIndexer:
         if start not in ("earliest", "latest"):
             raise ConfigError(f"start must be 'earliest' or 'latest', got {start!r}")
         self.spool = spool
-        self.ref = TopicRef(spool.kafka["bootstrap"], spool.kafka["topic"])
+        self.ref = TopicRef(spool.kafka["bootstrap"], spool.kafka["topic"], spool.kafka.get("format", "json"))
         self.poll_s = float(poll_s)
         self.from_ = start  # where a new spool starts: 'earliest' or 'latest'
         self.error: str | None = None
@@ -483,11 +491,18 @@ class TopicIndexer:
             self._thread.start()
         return self
 
-    def stop(self) -> None:
+    def stop(self, *, last_poll: bool = False) -> None:
+        """Stop polling; with ``last_poll``, index once more what the topic holds now (where Kafka
+        answers: what it does not stays in the topic, for the next run)."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=30)
             self._thread = None
+        if last_poll:
+            try:
+                self.poll_once()
+            except Exception:  # noqa: BLE001, S110
+                pass
         if self._consumer is not None:
             self._consumer.close()
             self._consumer = None
@@ -496,16 +511,72 @@ class TopicIndexer:
 # ---------------------------------------------------------------------- the feed
 class TopicSink:
     """Where a :class:`~lmstream_kit.feed.traffic.FeedGenerator` writes when its traffic goes to a
-    topic (``--feed kafka://...``): each dataset is produced, and in Kafka when ``append`` returns."""
+    topic (``--feed kafka://...``): each dataset is produced, and in Kafka when ``append`` returns.
 
-    def __init__(self, writer: TopicWriter) -> None:
+    ``written``: rows of a second that the topic holds already (``{second: row indices}``, from
+    :func:`generated_tail`): a resumed generator makes that second again and only the rows the topic
+    lacks are written, so a generator killed in the middle of a second writes none twice."""
+
+    def __init__(self, writer: TopicWriter, *, written: Mapping[int, set] | None = None) -> None:
         self.writer = writer
         self.rows = 0
+        self.written = {int(s): set(ids) for s, ids in (written or {}).items()}
 
     def append(self, table: pa.Table, *, source: str = "", second: int | None = None, arrival: float | None = None):
-        n = self.writer.write(table)
+        ids = list(range(table.num_rows))
+        there = self.written.pop(second, None) if second is not None else None
+        if there:
+            ids = [i for i in ids if i not in there]
+            table = table.take(pa.array(ids, pa.int64()))
+        n = self.writer.write(table, second=second, row_ids=ids)
         self.rows += n
         return _Written(n)
+
+
+def generated_tail(ref: TopicRef, *, timeout_s: float = 30.0) -> tuple[int, set[int]] | None:
+    """The last second the kit's generator wrote to ``ref``'s topic and the row indices of it that
+    the topic holds (all of them unless a generator was killed while it wrote that second); None
+    where the topic is empty or its last records come from other producers (no second in their
+    headers).  Reads each partition's tail, backwards in growing windows, until it passes that second."""
+    from confluent_kafka import TopicPartition
+
+    consumer = _consumer(ref.bootstrap)
+    try:
+        ends = {p: consumer.get_watermark_offsets(TopicPartition(ref.topic, p), timeout=timeout_s)
+                for p in topic_partitions(consumer, ref, timeout_s)}
+        last: int | None = None
+        for p, (lo, hi) in ends.items():
+            tail = _headers(ref, p, max(lo, hi - 8), hi, timeout_s) if hi > lo else []
+            if tail:
+                second = tail[-1][0]
+                if second is None:
+                    return None
+                last = second if last is None else max(last, second)
+        if last is None:
+            return None
+        rows: set[int] = set()
+        for p, (lo, hi) in ends.items():
+            window = 256
+            while hi > lo:
+                start = max(lo, hi - window)
+                tail = _headers(ref, p, start, hi, timeout_s)
+                if start == lo or (tail and (tail[0][0] is None or tail[0][0] < last)):
+                    rows |= {r for s, r in tail if s == last and r is not None}
+                    break
+                window *= 4
+        return last, rows
+    finally:
+        consumer.close()
+
+
+def _headers(ref: TopicRef, partition: int, start: int, end: int, timeout_s: float) -> list[tuple[int | None, int | None]]:
+    """``(second, row)`` from the headers of the records ``[start, end)`` of ``partition``."""
+    out = []
+    for msg in _read_messages(ref, [(partition, start, end)], timeout_s=timeout_s):
+        found = dict(msg.headers() or ())
+        second, row = found.get(SECOND_HEADER), found.get(ROW_HEADER)
+        out.append((int(second) if second is not None else None, int(row) if row is not None else None))
+    return out
 
 
 @dataclass(frozen=True)
@@ -538,15 +609,7 @@ class KafkaFeed:
         """Stop the generator, index what it wrote (a stop drains it), then stop the indexer."""
         if self.generator is not None:
             self.generator.stop(timeout)
-        self.indexer.stop()
-        try:
-            self.indexer.poll_once()
-        except Exception:  # noqa: BLE001  (Kafka unreachable: what is not indexed stays in the topic)
-            pass
-        finally:
-            if self.indexer._consumer is not None:
-                self.indexer._consumer.close()
-                self.indexer._consumer = None
+        self.indexer.stop(last_poll=True)
 
     @property
     def finished(self) -> bool:

@@ -1,6 +1,7 @@
 """Build a stream's feed: the generator of a traffic pattern, or the ingest of a directory.
 
-A resumed generator continues the simulated clock after the spool's last dataset.
+A resumed generator continues the simulated clock after the spool's last dataset, or where its
+Kafka topic ends.
 """
 
 from __future__ import annotations
@@ -20,14 +21,17 @@ def make_feed(workload: Any, spool: Spool, *, input_dir: Optional[Path], traffic
     Kafka topic (``kafka``, a TopicRef) with the generated traffic written to it (none without
     ``traffic``), else generated traffic."""
     if kafka is not None:
-        from .kafka import KafkaFeed, TopicSink, TopicWriter
+        from .kafka import KafkaFeed, TopicSink, TopicWriter, generated_tail
 
         if traffic is None:
             return KafkaFeed(spool)
-        # the topic exists: LiveStream.start made it (with kafka_partitions) before Spark started
-        sink = TopicSink(TopicWriter(kafka))
+        # the topic exists: LiveStream.start made it (with kafka_partitions) before Spark started.  The
+        # generator goes on where the topic ends: the last second it holds is made again, and only the
+        # rows the topic lacks are written (all of them were unless a generator was killed meanwhile)
+        tail = generated_tail(kafka)
+        sink = TopicSink(TopicWriter(kafka), written=None if tail is None else {tail[0]: tail[1]})
         generator = FeedGenerator(sink, traffic, workload.make_rows, speedup=speedup, seed=seed,
-                                  duration_s=duration_s, start_second=0)
+                                  duration_s=duration_s, start_second=0 if tail is None else tail[0])
         return KafkaFeed(spool, generator=generator, sink=sink)
     if input_dir is not None:
         from .ingest import DirectoryIngest
