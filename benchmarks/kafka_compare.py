@@ -12,7 +12,16 @@ noop sink:
 * ``spark-fixed``: Spark's Kafka source with the paper's fixed trigger (``--trigger`` simulated s);
 * ``spark-maxoffsets``: Spark's Kafka source as fast as it can go (``processingTime=0``), each batch
   capped by ``maxOffsetsPerTrigger`` at one slide's worth of rows at the offered rate;
-* ``kit-lmstream``: the kit's source over the topic under the ``lmstream`` admission controller.
+* ``kit-lmstream``: the kit's source over the topic under the ``lmstream`` admission controller;
+* ``kit-spool``: the same controller on the kit's spool, the same generator writing to it instead
+  of the topic (no Kafka at all): where the two kit runs differ, Kafka is why.
+
+For the kit's runs each row also splits the latency of the batches that missed the bound (and of
+all batches) into where it went: ``wait`` (the oldest record's arrival to the admission: the
+controller buffering), ``start`` (the admission to the batch's ``foreachBatch``: Spark planning
+it, and the read on executors where it reads there), ``run`` (``foreachBatch``: the read in the
+driver, decoding and the query), and the controller's ``predicted`` processing time against the
+measured one (``admitted`` to completion).
 
 The configurations take turns, in a rotated order each round.  The traffic starts when the
 consumer has run its first (empty) batch, so that Spark's start-up is not in any latency.  Per run: the share of batches
@@ -37,7 +46,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from lmstream_kit.bench.outputs import write_run_results  # noqa: E402
 
-CONFIGS = ("spark-fixed", "spark-maxoffsets", "kit-lmstream")
+CONFIGS = ("spark-fixed", "spark-maxoffsets", "kit-lmstream", "kit-spool")
 
 
 def driver_cpu_s(exclude: set[int]) -> float:
@@ -113,26 +122,63 @@ def run_spark(spark, ref, args, config: str, run_dir: Path, bound_s: float, seed
     return {**summarize(watched.records, bound_s=bound_s), "cpu_s": cpu, "wall_s": wall, "produced": sink.rows}
 
 
-def run_kit(spark, ref, args, run_dir: Path, seed: int, exclude: set[int]) -> dict:
+def breakdown(records: list[dict], bound_s: float) -> dict:
+    """Mean seconds of each part of the latency, over the batches that missed the bound (``miss_``)
+    and over all data batches (``all_``): see the module."""
+    import math
+
+    data = [r for r in records if r["rows"] > 0]
+    out: dict = {}
+    for prefix, group in (("miss", [r for r in data if r["max_latency_s"] > bound_s]), ("all", data)):
+        parts = {
+            "wait_s": [r["admitted_at"] - r["oldest_arrival"] for r in group],
+            "start_s": [r["batch_started_at"] - r["admitted_at"] for r in group if r.get("batch_started_at")],
+            "run_s": [r["completed_at"] - r["batch_started_at"] for r in group if r.get("batch_started_at")],
+            "predicted_s": [r["predicted_s"] for r in group if r.get("predicted_s") is not None],
+            "measured_s": [r["completed_at"] - r["admitted_at"] for r in group if r.get("predicted_s") is not None],
+        }
+        out[f"{prefix}_batches"] = len(group)
+        for name, values in parts.items():
+            out[f"{prefix}_{name}"] = round(sum(values) / len(values), 3) if values else math.nan
+    return out
+
+
+def run_kit(spark, ref, args, run_dir: Path, seed: int, exclude: set[int], *, spool: bool = False) -> dict:
+    from lmstream_kit.feed.traffic import traffic_from_spec
     from lmstream_kit.live import LiveStream
     from lmstream_kit.record import summarize
 
-    gen, sink = generator(ref, args, seed)
-    cpu0, t0 = driver_cpu_s(exclude), time.monotonic()
-    s = LiveStream("PASSTHROUGH", policy="lmstream", traffic=None, kafka=ref.uri, speedup=args.speedup,
-                   output="noop", run_dir=run_dir, spark=spark).start()
-    while s.feed is None:  # the traffic starts once the stream ran its first (empty) batch and reads the topic
-        time.sleep(0.05)
-    gen.start()
-    try:
-        while not gen.finished:
-            time.sleep(0.2)
-        s.wait(rows=sink.rows, timeout=300)
-    finally:
-        gen.stop()
-        s.stop()
+    if spool:  # the same seeded traffic, into the kit's spool; the generator starts after the first batch
+        s = LiveStream("PASSTHROUGH", policy="lmstream", traffic=traffic_from_spec(args.traffic, rate=args.rate, seed=seed),
+                       seed=seed, duration_s=args.duration, speedup=args.speedup, output="noop", run_dir=run_dir,
+                       spark=spark)
+        cpu0, t0 = driver_cpu_s(exclude), time.monotonic()
+        s.start()
+        try:
+            s.wait(until=lambda st: st.feed_finished(), timeout=args.duration / args.speedup * 3 + 120)
+            s.stop(drain=True, timeout=300)
+        finally:
+            s.stop(drain=False)
+        produced = int(sum(r["rows"] for r in s.records))
+    else:
+        gen, sink = generator(ref, args, seed)
+        cpu0, t0 = driver_cpu_s(exclude), time.monotonic()
+        s = LiveStream("PASSTHROUGH", policy="lmstream", traffic=None, kafka=ref.uri, speedup=args.speedup,
+                       output="noop", run_dir=run_dir, spark=spark).start()
+        while s.feed is None:  # the traffic starts once the stream ran its first (empty) batch and reads the topic
+            time.sleep(0.05)
+        gen.start()
+        try:
+            while not gen.finished:
+                time.sleep(0.2)
+            s.wait(rows=sink.rows, timeout=300)
+        finally:
+            gen.stop()
+            s.stop()
+        produced = sink.rows
     cpu, wall = driver_cpu_s(exclude) - cpu0, time.monotonic() - t0
-    return {**summarize(s.records, bound_s=s.bound_s), "cpu_s": cpu, "wall_s": wall, "produced": sink.rows}
+    return {**summarize(s.records, bound_s=s.bound_s), **breakdown(s.records, s.bound_s), "cpu_s": cpu,
+            "wall_s": wall, "produced": produced}
 
 
 def main(argv=None) -> int:
@@ -178,8 +224,8 @@ def main(argv=None) -> int:
                     ref = TopicRef(broker.bootstrap, f"{config}-{round_}")
                     create_topic(ref, args.partitions)
                     run_dir = work / f"{config}-{round_}"
-                    if config == "kit-lmstream":
-                        got = run_kit(spark, ref, args, run_dir, args.seed, exclude)
+                    if config.startswith("kit-"):
+                        got = run_kit(spark, ref, args, run_dir, args.seed, exclude, spool=config == "kit-spool")
                     else:
                         got = run_spark(spark, ref, args, config, run_dir, bound_s, args.seed, exclude)
                     row = {"config": config, "round": round_, "bound_s": bound_s, "batches": got["batches"],
@@ -189,7 +235,8 @@ def main(argv=None) -> int:
                            "max_latency_mean_s": round(got["max_latency_mean_s"], 3),
                            "max_latency_p99_s": round(got["max_latency_p99_s"], 3),
                            "cpu_s": round(got["cpu_s"], 2), "wall_s": round(got["wall_s"], 2),
-                           "cpu_us_per_row": round(got["cpu_s"] / got["rows"] * 1e6, 2) if got["rows"] else None}
+                           "cpu_us_per_row": round(got["cpu_s"] / got["rows"] * 1e6, 2) if got["rows"] else None,
+                           **{k: v for k, v in got.items() if k.startswith(("miss_", "all_"))}}
                     runs.append(row)
                     bar.console.print(row)
                     bar.advance(task)

@@ -51,7 +51,8 @@ def write_run_results(out: Path, stem: str, meta: dict, runs: list[dict]) -> Pat
     path = out / f"{stem}-{host}-{time.strftime('%Y%m%d-%H%M%S')}.json"
     path.write_text(json.dumps({"meta": meta, "runs": runs}, indent=1) + "\n")
     with open(path.with_suffix(".csv"), "w", newline="") as fh:
-        writer = csv.DictWriter(fh, fieldnames=list(runs[0]) if runs else [])
+        fields = list(dict.fromkeys(k for run in runs for k in run))  # runs may differ in their columns
+        writer = csv.DictWriter(fh, fieldnames=fields)
         writer.writeheader()
         writer.writerows(runs)
     return path
