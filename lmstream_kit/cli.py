@@ -99,6 +99,7 @@ def _default_history():
 @click.option("--feed", "feed", default=None, metavar="kafka://HOST:PORT/TOPIC", help="Send the generated traffic through this Kafka topic (created with --kafka-partitions where missing) and stream from it; ?format=avro writes Avro values instead of JSON.")
 @click.option("--kafka", "kafka", default=None, metavar="kafka://HOST:PORT/TOPIC", help="Stream from a Kafka topic that others write to (values of the workload's columns: JSON, or ?format=avro / avro-confluent); --duration is the seconds to watch it.")
 @click.option("--kafka-partitions", default=2, show_default=True, type=int, help="Partitions of a topic --feed creates.")
+@click.option("--fail-on-data-loss/--skip-data-loss", default=True, show_default=True, help="When Kafka no longer has records a batch should read (retention removed them): stop with the offsets named, or go on without them (each lost range in dead_letter.jsonl).")
 @click.option("--master", default="local[2]", show_default=True, help="Spark master: local[N] or spark://host:port.")
 @click.option("--read", "read_mode", default="auto", show_default=True, type=click.Choice(["auto", "driver", "executors"]), help="Where batches are read: in the driver (no Python task per batch) or on executors; auto = driver for local masters.")
 @click.option("--output", default="parquet", show_default=True, type=click.Choice(["parquet", "noop"]), help="Write query results to RUN/output, or drop them.")
@@ -113,7 +114,7 @@ def _default_history():
 @click.option("--state-store", default="default", show_default=True, help="default | rocksdb. State store of the query's stateful operators at its first start (the checkpoint keeps it); rocksdb lets Spark 4.2+ repartition the state live.")
 @click.option("--state-partitions", default=None, type=int, help="State-store partitions at the query's first start [default: the session's spark.sql.shuffle.partitions, 2].")
 @click.option("--restore-config", is_flag=True, help="Resuming --out: start with the policy, window slide, target, Flumina workers and source partitions the run's journal last committed (live reconfigurations), not the options given.")
-def run(workload, traffic, rate, spread, policy, trigger_s, slide_s, tumbling, duration, speedup, seed, out, input_dir, spool, feed, kafka, kafka_partitions, master, read_mode, output, device_mode, inflection_point, optimizer, confs, jars, tune, partitions, history, state_store, state_partitions, restore_config):
+def run(workload, traffic, rate, spread, policy, trigger_s, slide_s, tumbling, duration, speedup, seed, out, input_dir, spool, feed, kafka, kafka_partitions, fail_on_data_loss, master, read_mode, output, device_mode, inflection_point, optimizer, confs, jars, tune, partitions, history, state_store, state_partitions, restore_config):
     """Run a stream under an admission policy and record its metrics.
 
     Shows a live progress line (batches, rows, current maximum latency) and a
@@ -181,6 +182,7 @@ def run(workload, traffic, rate, spread, policy, trigger_s, slide_s, tumbling, d
         restore_config=restore_config,
         kafka=topic,
         kafka_partitions=kafka_partitions,
+        fail_on_data_loss=fail_on_data_loss,
     )
     source = ("input " + str(input_dir) if input_dir else f"topic {kafka}" if kafka
               else stream.traffic_spec + " traffic" + (f" through {feed}" if feed else ""))

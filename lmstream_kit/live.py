@@ -116,6 +116,17 @@ class LiveStream(StreamControls):
         workers instead of the ones given here (``run.json``'s ``restored_config`` says
         what was taken).  Default: the configuration given here; the journal says which
         of its changes the restart dropped.
+    kafka : str, optional
+        ``kafka://HOST:PORT/TOPIC[?format=json|avro|avro-confluent]``: stream from this topic
+        (:mod:`lmstream_kit.feed.kafka`).  With ``traffic``, the kit's generator writes the
+        topic (created where missing); with ``traffic=None``, other producers do.
+    kafka_partitions : int
+        Partitions of a topic the stream creates.
+    fail_on_data_loss : bool
+        What a batch does when Kafka no longer has records it should read (retention or a
+        deletion removed them before the batch read them, e.g. when it is replayed after a long
+        stop): fail the stream, with the offsets named (default, like Spark's Kafka source), or
+        go on without them, each lost range in ``dead_letter.jsonl``.
 
     Examples
     --------
@@ -158,6 +169,7 @@ class LiveStream(StreamControls):
         restore_config: bool = False,
         kafka: Optional[str] = None,
         kafka_partitions: int = 2,
+        fail_on_data_loss: bool = True,
     ) -> None:
         super().__init__()
         self._restore = bool(restore_config)
@@ -166,7 +178,7 @@ class LiveStream(StreamControls):
             workload, policy=policy, traffic=traffic, rate=rate, spread=spread, speedup=speedup, seed=seed,
             duration_s=duration_s, run_dir=run_dir, input_dir=input_dir, spool=spool, master=master,
             trigger_s=trigger_s, slide_s=slide_s, output=output, read=read, partitions=partitions, name=name,
-            kafka=kafka, kafka_partitions=kafka_partitions)
+            kafka=kafka, kafka_partitions=kafka_partitions, fail_on_data_loss=fail_on_data_loss)
         self.engine = SparkEngine(master=master, spark=spark, conf=spark_conf)
         if config.workload.window_from_plan:  # window="infer": Spark's plan of the query tells (opens Spark)
             found = config.workload.with_window(*self.engine.query_window(config.workload))
@@ -364,6 +376,7 @@ class LiveStream(StreamControls):
                     "partitions": self.partitions,
                     "read": self.read_mode,
                     "dead_letter": str(self.run_dir / "dead_letter.jsonl"),
+                    "fail_on_data_loss": "true" if self.fail_on_data_loss else "false",
                 },
                 on_batch=self.loop.run_batch,
                 checkpoint=checkpoint,

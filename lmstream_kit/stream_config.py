@@ -54,6 +54,7 @@ class StreamConfig:
     name: str
     kafka: Any = None  # a TopicRef: the stream reads this topic (lmstream_kit.feed.kafka)
     kafka_partitions: int = 2
+    fail_on_data_loss: bool = True
 
     @classmethod
     def build(cls, workload: str | Workload = "LR2S", *, policy: str = "lmstream", traffic: str | Traffic = "random",
@@ -62,7 +63,7 @@ class StreamConfig:
               input_dir: str | Path | None = None, spool: str | Path | None = None, master: str = "local[2]",
               trigger_s: float | None = None, slide_s: float | None = None, output: str = "parquet",
               read: str = "auto", partitions: int = 2, name: str | None = None, kafka: str | None = None,
-              kafka_partitions: int = 2) -> StreamConfig:
+              kafka_partitions: int = 2, fail_on_data_loss: bool = True) -> StreamConfig:
         """Validate the arguments of :class:`~lmstream_kit.live.LiveStream` (see its parameters)."""
         workload = load_workload(workload)
         policy = get_policy(policy, trigger_s=trigger_s)
@@ -83,6 +84,8 @@ class StreamConfig:
             if input_dir is not None:
                 raise ConfigError("a stream reads either a Kafka topic or an input directory, not both")
             kafka_partitions = Param("kafka_partitions", int, low=1).validate(kafka_partitions)
+        if not isinstance(fail_on_data_loss, bool):
+            raise ConfigError(f"fail_on_data_loss must be True or False, got {fail_on_data_loss!r}")
         elif traffic is None:
             raise ConfigError("traffic=None (no generator) is for a Kafka topic that others write to: give kafka=")
         input_dir = Path(input_dir) if input_dir is not None else None
@@ -113,5 +116,5 @@ class StreamConfig:
             master=master, partitions=int(partitions), input_dir=input_dir, run_dir=run_dir,
             spool_location=str(spool) if spool is not None else str(run_dir / "spool"),
             name=name or f"{workload.name}-{policy.name}-{uuid.uuid4().hex[:6]}",
-            kafka=topic, kafka_partitions=int(kafka_partitions),
+            kafka=topic, kafka_partitions=int(kafka_partitions), fail_on_data_loss=fail_on_data_loss,
         )

@@ -27,7 +27,7 @@ from lmstream_kit.feed.kafka import (
     split_ranges,
 )
 from lmstream_kit.feed.spool import Spool
-from lmstream_kit.feed.values import decode_values, encode_values
+from lmstream_kit.feed.values import _arrow_parsable, _decode_json_arrow, decode_values, encode_values
 from lmstream_kit.workloads import WORKLOADS
 
 SCHEMA = pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("speed", pa.float64()),
@@ -106,6 +106,23 @@ def test_every_workloads_rows_round_trip_through_its_values(name, fmt):
     table = workload.make_rows(3, 200, np.random.default_rng(5)).select(workload.schema.names).cast(workload.schema)
     back, bad = decode_values(encode_values(table, fmt), workload.schema, fmt, workload.checks)
     assert bad == [] and back.equals(table)
+    if fmt == "json" and all(_arrow_parsable(f.type) for f in workload.schema):  # Arrow's reader took them
+        fast = _decode_json_arrow(encode_values(table, fmt), workload.schema, workload.checks)
+        assert fast is not None and fast[0].equals(table)
+
+
+def test_json_that_arrows_reader_would_misread_goes_record_by_record():
+    narrow = pa.schema([pa.field("n", pa.int8(), nullable=False)])
+    values = [b'{"n": 300}', b'{"n": 3.0}', b'{"n": "x"}', b"{}", b'{"n": 4, "more": [1]}']
+    assert _decode_json_arrow(values, narrow, None) is None  # 300 does not fit int8: not wrapped, not nulled
+    table, bad = decode_json(values, narrow)
+    assert table.column("n").to_pylist() == [3, 4]
+    assert bad == [(0, "column 'n': value 300 is not int8"), (2, "column 'n': value 'x' is not int8"),
+                   (3, "column 'n': value is missing")]
+    text = pa.schema([pa.field("s", pa.string())])
+    assert _decode_json_arrow([b'{"s": 5}'], text, None) is None  # a number is not text
+    assert _decode_json_arrow([b'{"s":\n"a"}'], text, None) is None  # an object over two lines
+    assert decode_json([b'{"s":\n"a"}', b'{"s": 5}'], text)[1] == [(1, "column 's': value 5 is not string")]
 
 
 def test_records_that_do_not_fit_are_named_by_index_and_reason():
@@ -244,6 +261,31 @@ def test_a_resumed_generator_goes_on_where_the_topic_ends_and_writes_no_row_twic
     # records of other producers (no second in their headers) at the end: nothing to go on from
     TopicWriter(ref).write(rows(900, 30))
     assert generated_tail(ref) is None
+
+
+@pytest.mark.kafka
+def test_records_deleted_before_they_were_read_fail_the_read_or_are_named_and_skipped(kafka_broker, tmp_path):
+    from confluent_kafka import TopicPartition
+    from confluent_kafka.admin import AdminClient
+
+    ref = TopicRef(kafka_broker.bootstrap, "feed-retention")
+    create_topic(ref, 2)
+    TopicWriter(ref).write(rows(0, 100))  # 50 a partition, in turn: partition 0 holds the even ids
+    spool = Spool(tmp_path / "spool", schema=SCHEMA, kafka=ref.meta)
+    info = TopicIndexer(spool).poll_once()
+    spool.close()
+    admin = AdminClient({"bootstrap.servers": ref.bootstrap})
+    for future in admin.delete_records([TopicPartition(ref.topic, 0, 30)], request_timeout=30).values():
+        future.result(30)  # what retention does to old segments, now: partition 0 starts at offset 30
+    with pytest.raises(KitError, match=r"^records 0-29 of feed-retention\[0\] are gone from Kafka \(the partition "
+                                       r"starts at offset 30 now: .*fail_on_data_loss=False goes on without them$"):
+        list(read_kafka_datasets(ref.meta, [info], SCHEMA))
+    rejects: list = []
+    table = pa.Table.from_batches(list(read_kafka_datasets(ref.meta, [info], SCHEMA, rejects=rejects,
+                                                           fail_on_data_loss=False)), schema=SCHEMA)
+    assert sorted(table.column("id").to_pylist()) == sorted([*range(60, 100, 2), *range(1, 100, 2)])
+    assert rejects == [{"partition": 0, "offset": 0, "record": None,
+                        "reason": "records 0-29 were gone from Kafka before they were read (30 lost)"}]
 
 
 @pytest.mark.kafka

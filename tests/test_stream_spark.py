@@ -77,11 +77,15 @@ def test_lr2s_counts_match_sparks_own_input_rows(spark, tmp_path):
 
 
 @pytest.mark.timing
-def test_lmstream_keeps_max_latency_under_the_slide(spark, tmp_path):
+@pytest.mark.parametrize("feed", ["spool", pytest.param("kafka", marks=pytest.mark.kafka)])
+def test_lmstream_keeps_max_latency_under_the_slide(spark, tmp_path, request, feed):
     run = tmp_path / "bound"
     speedup = 2.0  # slide 10 s simulated -> 5 s wall bound; ~1 s per batch here
+    # on Kafka the generator writes a topic, the controller admits from its index, and each batch
+    # reads its offsets from the broker
+    kafka = None if feed == "spool" else f"kafka://{request.getfixturevalue('kafka_broker').bootstrap}/bound"
     s = LiveStream("LR2S", policy="lmstream", traffic="random", rate=1000, speedup=speedup,
-                   duration_s=120, run_dir=run, spark=spark, seed=7)
+                   duration_s=120, run_dir=run, spark=spark, seed=7, kafka=kafka)
     s.start()
     s.wait(until=lambda st: st.feed_finished(), timeout=180)
     s.stop(drain=False)

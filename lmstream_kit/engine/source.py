@@ -20,6 +20,10 @@ partitions : int, optional
 dead_letter : str, optional
     Where records of a Kafka spool that do not fit the schema go (JSON Lines, one entry each with
     its partition, offset, record and reason); without it they are left out silently.
+fail_on_data_loss : {"true", "false"}, optional
+    A Kafka spool's batch whose records Kafka no longer has (retention deleted them): fail
+    (``true``, the default, as Spark's Kafka source does) or read on without them, each lost range
+    in the dead-letter file.
 read : {"executors", "driver"}, optional
     Where a batch's datasets are read.  ``executors`` (default): Spark tasks
     read the spool files in Python workers, which scales out on a cluster but
@@ -173,6 +177,7 @@ class _SpoolAccess:
         self.channel_key = options.get("channel_key")
         self.field_names = [f.name for f in schema.fields]
         self.dead_letter = options.get("dead_letter")
+        self.fail_on_data_loss = str(options.get("fail_on_data_loss", "true")).lower() != "false"
         self._client: Optional[ChannelClient] = None  # opened lazily, in the runner
         self._spool: Optional[Spool] = None
         self._arrow_schema: Optional[pa.Schema] = None
@@ -232,7 +237,8 @@ class _SpoolAccess:
         meta = meta if meta is not None else self.kafka
         rejects: list = []
         schema = self._arrow_schema
-        for batch in read_pieces(meta, pieces, self._index().schema, rejects=rejects):
+        for batch in read_pieces(meta, pieces, self._index().schema, rejects=rejects,
+                                 fail_on_data_loss=self.fail_on_data_loss):
             batch = batch.select(self.field_names)
             if schema is None:
                 schema = self._arrow_schema = spark_compatible(batch.schema)

@@ -302,17 +302,21 @@ class TopicWriter:
 
 
 # ---------------------------------------------------------------------- reading
-def read_ranges(ref: TopicRef, pieces: Iterable[tuple[int, int, int]], *, timeout_s: float = 300.0
-                ) -> Iterator[tuple[int, int, bytes | None, float]]:
+def read_ranges(ref: TopicRef, pieces: Iterable[tuple[int, int, int]], *, timeout_s: float = 300.0,
+                lost: list | None = None) -> Iterator[tuple[int, int, bytes | None, float]]:
     """The records ``(partition, offset, value, timestamp s)`` of each ``(partition, start, end)``
     piece, in offset order; KitError where Kafka does not give them within ``timeout_s`` (the
-    broker down that long, or offsets deleted by retention): a broker that restarts meanwhile stalls
-    the batch, it does not fail it."""
-    for msg in _read_messages(ref, pieces, timeout_s=timeout_s):
+    broker down that long): a broker that restarts meanwhile stalls the batch, it does not fail it.
+
+    Records that Kafka no longer has (retention or a deletion removed them before they were read)
+    are a KitError naming them, or, with ``lost``, left out and added to it as ``(partition,
+    start, end)`` ranges."""
+    for msg in _read_messages(ref, pieces, timeout_s=timeout_s, lost=lost):
         yield msg.partition(), msg.offset(), msg.value(), msg.timestamp()[1] / 1000
 
 
-def _read_messages(ref: TopicRef, pieces: Iterable[tuple[int, int, int]], *, timeout_s: float = 300.0) -> Iterator[Any]:
+def _read_messages(ref: TopicRef, pieces: Iterable[tuple[int, int, int]], *, timeout_s: float = 300.0,
+                   lost: list | None = None) -> Iterator[Any]:
     """The messages of each ``(partition, start, end)`` piece, in offset order (see :func:`read_ranges`)."""
     from confluent_kafka import KafkaError, TopicPartition
 
@@ -333,7 +337,20 @@ def _read_messages(ref: TopicRef, pieces: Iterable[tuple[int, int, int]], *, tim
                                 want = end           # marker, compacted away): nothing to wait for
                                 break
                             continue
-                        raise KitError(f"reading {ref.topic}[{partition}] at offset {want}: {one_line(err)}")
+                        first = _log_start(consumer, ref, partition)
+                        if first is None or first <= want:
+                            raise KitError(f"reading {ref.topic}[{partition}] at offset {want}: {one_line(err)}")
+                        gone = (int(partition), want, min(first, end))
+                        if lost is None:
+                            raise KitError(f"records {gone[1]}-{gone[2] - 1} of {ref.topic}[{partition}] are gone from "
+                                           f"Kafka (the partition starts at offset {first} now: retention or a deletion "
+                                           "removed them before they were read); fail_on_data_loss=False goes on "
+                                           "without them")
+                        lost.append(gone)
+                        want = gone[2]
+                        if want < end:
+                            consumer.assign([TopicPartition(ref.topic, int(partition), want)])
+                        break
                     off = msg.offset()
                     if off < want:
                         continue
@@ -350,12 +367,27 @@ def _read_messages(ref: TopicRef, pieces: Iterable[tuple[int, int, int]], *, tim
         consumer.close()
 
 
+def _log_start(consumer, ref: TopicRef, partition: int) -> int | None:
+    """The first offset Kafka still holds of ``partition`` (None where it does not answer)."""
+    from confluent_kafka import TopicPartition
+
+    try:
+        lo, _ = consumer.get_watermark_offsets(TopicPartition(ref.topic, int(partition)), timeout=10.0)
+    except Exception:  # noqa: BLE001
+        return None
+    return int(lo)
+
+
 def read_pieces(meta: Mapping[str, Any], pieces: Iterable[tuple[int, int, int]], schema: pa.Schema, *,
                 checks: Mapping[str, Any] | None = None, rejects: list | None = None,
-                chunk: int = 20_000) -> Iterator[pa.RecordBatch]:
+                chunk: int = 20_000, fail_on_data_loss: bool = True) -> Iterator[pa.RecordBatch]:
     """The records of offset ``pieces`` of a Kafka spool's topic (``meta``: the spool's ``kafka``),
     decoded to ``schema`` in chunks of ``chunk`` records; each record that does not fit is left
-    out and, with ``rejects``, added to it as ``{"partition", "offset", "record", "reason"}``."""
+    out and, with ``rejects``, added to it as ``{"partition", "offset", "record", "reason"}``.
+
+    Records Kafka no longer has fail the read (KitError naming them), or without
+    ``fail_on_data_loss`` are left out, each range added to ``rejects`` once (``offset``: its
+    first, ``record`` None)."""
     fmt = check_format(meta.get("format", "json"))
     ref = TopicRef(meta["bootstrap"], meta["topic"], fmt)
     buffer: list[tuple[int, int, bytes | None]] = []
@@ -371,12 +403,17 @@ def read_pieces(meta: Mapping[str, Any], pieces: Iterable[tuple[int, int, int]],
         buffer.clear()
         yield from table.to_batches()
 
-    for partition, offset, value, _ in read_ranges(ref, pieces):
+    lost: list | None = None if fail_on_data_loss else []
+    for partition, offset, value, _ in read_ranges(ref, pieces, lost=lost):
         buffer.append((partition, offset, value))
         if len(buffer) >= chunk:
             yield from flush()
     if buffer:
         yield from flush()
+    if lost and rejects is not None:
+        rejects.extend({"partition": p, "offset": a, "record": None,
+                        "reason": f"records {a}-{b - 1} were gone from Kafka before they were read ({b - a} lost)"}
+                       for p, a, b in lost)
 
 
 def read_kafka_datasets(meta: Mapping[str, Any], infos: Sequence[Any], schema: pa.Schema, **kw: Any

@@ -94,6 +94,24 @@ def decode_json(values: Sequence[bytes | None], schema: pa.Schema,
     >>> bad
     [(1, "column 'x': value 'two' is not int32"), (2, 'record is not a JSON object'), (3, 'record has no value')]
     """
+    fast = _decode_json_arrow(values, schema, checks)
+    if fast is not None:
+        return fast
+
+    def parse(raw: bytes) -> tuple[Any, str | None]:
+        try:
+            item = json.loads(raw)
+        except (ValueError, UnicodeDecodeError) as exc:
+            return None, f"invalid JSON: {one_line(exc)}"
+        return (item, None) if isinstance(item, dict) else (None, "record is not a JSON object")
+
+    return _decode_each(values, schema, checks, parse, _convert_python)
+
+
+def _decode_each(values: Sequence[bytes | None], schema: pa.Schema, checks: Mapping[str, Any] | None,
+                 parse: Any, convert: Any) -> tuple[pa.Table, list[tuple[int, str]]]:
+    """Decode record by record: ``parse(raw) -> (dict, None) or (None, reason)``, then each column
+    by ``convert(field, values, problems)``; returns the good rows and each bad one's reason."""
     records: list[dict] = []
     where: list[int] = []
     rejects: list[tuple[int, str]] = []
@@ -101,19 +119,53 @@ def decode_json(values: Sequence[bytes | None], schema: pa.Schema,
         if raw is None:
             rejects.append((i, "record has no value"))
             continue
-        try:
-            item = json.loads(raw)
-        except (ValueError, UnicodeDecodeError) as exc:
-            rejects.append((i, f"invalid JSON: {one_line(exc)}"))
-            continue
-        if not isinstance(item, dict):
-            rejects.append((i, "record is not a JSON object"))
+        item, why = parse(raw)
+        if why is not None:
+            rejects.append((i, why))
             continue
         records.append(item)
         where.append(i)
     problems = _Rejects()
-    arrays = [_convert_python(f, [r.get(f.name) for r in records], problems) for f in schema]
+    arrays = [convert(f, [r.get(f.name) for r in records], problems) for f in schema]
     return _checked(arrays, problems, where, rejects, schema, checks)
+
+
+def _arrow_parsable(typ: pa.DataType) -> bool:
+    t = pa.types
+    return t.is_integer(typ) or t.is_floating(typ) or t.is_boolean(typ) or t.is_string(typ) or t.is_timestamp(typ)
+
+
+def _decode_json_arrow(values: Sequence[bytes | None], schema: pa.Schema, checks: Mapping[str, Any] | None
+                       ) -> tuple[pa.Table, list[tuple[int, str]]] | None:
+    """:func:`decode_json` by Arrow's JSON reader, about 3x faster, where every value fits: objects
+    one to a line, every column of its type (timestamps as epoch seconds), nothing missing that
+    must be there.  None otherwise (and for other column types): the record-by-record reader then
+    says which records do not fit, and why.  A value checks can still reject."""
+    import pyarrow.compute as pc
+    import pyarrow.json as pj
+
+    if not values or not all(_arrow_parsable(f.type) for f in schema):
+        return None
+    if any(v is None or b"\n" in v or b"\r" in v for v in values):
+        return None
+    parse = pa.schema([pa.field(f.name, pa.float64() if pa.types.is_timestamp(f.type) else f.type) for f in schema])
+    try:
+        table = pj.read_json(io.BytesIO(b"\n".join(values)), parse_options=pj.ParseOptions(
+            explicit_schema=parse, unexpected_field_behavior="ignore"))
+    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
+        return None
+    if table.num_rows != len(values):
+        return None
+    arrays = []
+    for f in schema:
+        col = table.column(f.name).combine_chunks() if f.name in table.column_names else None
+        if col is None or (not f.nullable and col.null_count):
+            return None
+        if pa.types.is_timestamp(f.type):  # epoch seconds to the microsecond, as the record-by-record reader rounds
+            micros = pc.round(pc.multiply(col, 1e6)).cast(pa.int64())
+            col = micros.cast(pa.timestamp("us", tz=f.type.tz)).cast(f.type)
+        arrays.append(col)
+    return _checked(arrays, _Rejects(), list(range(len(values))), [], schema, checks)
 
 
 def _checked(arrays, problems, where, rejects, schema, checks) -> tuple[pa.Table, list[tuple[int, str]]]:
@@ -197,33 +249,22 @@ def decode_avro(values: Sequence[bytes | None], schema: pa.Schema, checks: Mappi
     from fastavro import schemaless_reader
 
     parsed = _parsed(schema)
-    records: list[dict] = []
-    where: list[int] = []
-    rejects: list[tuple[int, str]] = []
-    for i, raw in enumerate(values):
-        if raw is None:
-            rejects.append((i, "record has no value"))
-            continue
-        if header:
-            if len(raw) < header or raw[0] != 0:
-                rejects.append((i, "no Confluent wire-format header (magic byte 0 and a schema id)"))
-                continue
+
+    def parse(raw: bytes) -> tuple[Any, str | None]:
+        if header and (len(raw) < header or raw[0] != 0):
+            return None, "no Confluent wire-format header (magic byte 0 and a schema id)"
         buf = io.BytesIO(raw)
         buf.seek(header)
         try:
             item = schemaless_reader(buf, parsed, None)
         except Exception as exc:  # noqa: BLE001  (bytes of another schema: too few, a bad union index, bad UTF-8)
             why = "it ends early" if isinstance(exc, EOFError) or buf.tell() >= len(raw) else one_line(exc)
-            rejects.append((i, f"not an Avro record of the schema: {why}"))
-            continue
+            return None, f"not an Avro record of the schema: {why}"
         if buf.tell() != len(raw):
-            rejects.append((i, f"not an Avro record of the schema: {len(raw) - buf.tell()} byte(s) left over"))
-            continue
-        records.append(item)
-        where.append(i)
-    problems = _Rejects()
-    arrays = [_from_avro(f, [r.get(f.name) for r in records], problems) for f in schema]
-    return _checked(arrays, problems, where, rejects, schema, checks)
+            return None, f"not an Avro record of the schema: {len(raw) - buf.tell()} byte(s) left over"
+        return item, None
+
+    return _decode_each(values, schema, checks, parse, _from_avro)
 
 
 def _from_avro(field: pa.Field, values: list, problems: _Rejects) -> pa.Array:
