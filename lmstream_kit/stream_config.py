@@ -76,6 +76,8 @@ class StreamConfig:
             raise ConfigError(f"output must be 'parquet' or 'noop', got {output!r}")
         if read not in ("auto", "driver", "executors"):
             raise ConfigError(f"read must be 'auto', 'driver' or 'executors', got {read!r}")
+        if not isinstance(fail_on_data_loss, bool):
+            raise ConfigError(f"fail_on_data_loss must be True or False, got {fail_on_data_loss!r}")
         topic = None
         if kafka is not None:
             from .feed.kafka import parse_kafka_uri
@@ -84,8 +86,6 @@ class StreamConfig:
             if input_dir is not None:
                 raise ConfigError("a stream reads either a Kafka topic or an input directory, not both")
             kafka_partitions = Param("kafka_partitions", int, low=1).validate(kafka_partitions)
-        if not isinstance(fail_on_data_loss, bool):
-            raise ConfigError(f"fail_on_data_loss must be True or False, got {fail_on_data_loss!r}")
         elif traffic is None:
             raise ConfigError("traffic=None (no generator) is for a Kafka topic that others write to: give kafka=")
         input_dir = Path(input_dir) if input_dir is not None else None

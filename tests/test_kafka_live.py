@@ -90,6 +90,8 @@ def test_a_bad_kafka_uri_or_a_topic_and_a_directory_are_refused_in_one_line(tmp_
         LiveStream("PASSTHROUGH", kafka="kafka://127.0.0.1:9/t", input_dir=tmp_path, run_dir=tmp_path / "b")
     with pytest.raises(ConfigError, match=r"^traffic=None \(no generator\) is for a Kafka topic"):
         LiveStream("PASSTHROUGH", traffic=None, run_dir=tmp_path / "c")
+    with pytest.raises(ConfigError, match=r"^fail_on_data_loss must be True or False, got 'no'$"):
+        LiveStream("PASSTHROUGH", kafka="kafka://127.0.0.1:9/t", fail_on_data_loss="no", run_dir=tmp_path / "d")
 
 
 def test_run_feed_kafka_sends_the_traffic_through_a_topic_and_a_dead_broker_is_one_line(kafka_broker, tmp_path):
