@@ -168,30 +168,35 @@ def test_a_bench_on_kafka_runs_each_cell_through_a_topic_of_its_own(spark, kafka
 
 
 def test_a_batch_whose_records_kafka_deleted_goes_on_without_them_when_asked(spark, kafka_broker, tmp_path):
+    """Under the fixed policy (a 10 s trigger): the records come after the stream's first (empty)
+    batch, are indexed, and are deleted before the next trigger admits and reads them."""
     import numpy as np
     from confluent_kafka import TopicPartition
     from confluent_kafka.admin import AdminClient
 
-    from lmstream_kit.feed.kafka import TopicIndexer, TopicRef, TopicWriter, create_topic
+    from lmstream_kit.feed.kafka import TopicRef, TopicWriter, create_topic
     from lmstream_kit.workloads import load_workload
 
     ref = TopicRef(kafka_broker.bootstrap, "live-deleted")
     create_topic(ref, 2)
     workload = load_workload("PASSTHROUGH")
     sent = workload.make_rows(0, 400, np.random.default_rng(4))
-    TopicWriter(ref).write(sent)  # row i to partition i % 2, at offset i // 2
     run = tmp_path / "deleted"
-    spool = Spool(run / "spool", schema=workload.schema, kafka=ref.meta)
-    TopicIndexer(spool).poll_once()  # indexed, then deleted before any batch read them (retention, say)
-    spool.close()
-    admin = AdminClient({"bootstrap.servers": ref.bootstrap})
-    for future in admin.delete_records([TopicPartition(ref.topic, 0, 100)], request_timeout=30).values():
-        future.result(30)
-    s = LiveStream("PASSTHROUGH", policy="asap", traffic=None, run_dir=run, spark=spark, kafka=ref.uri, speedup=5,
-                   fail_on_data_loss=False)
+    s = LiveStream("PASSTHROUGH", policy="fixed", trigger_s=50, traffic=None, run_dir=run, spark=spark,
+                   kafka=ref.uri, speedup=5, fail_on_data_loss=False)
     s.start()
     try:
-        s.wait(rows=300, timeout=120)
+        deadline = time.monotonic() + 120
+        while s.feed is None and time.monotonic() < deadline:  # the indexer starts after the first batch
+            time.sleep(0.05)
+        TopicWriter(ref).write(sent)  # row i to partition i % 2, at offset i // 2
+        while s.spool.total_rows() < 400 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not [r for r in s.records if r["rows"] > 0], "the trigger came before the deletion: a slow machine"
+        admin = AdminClient({"bootstrap.servers": ref.bootstrap})
+        for future in admin.delete_records([TopicPartition(ref.topic, 0, 100)], request_timeout=30).values():
+            future.result(30)  # what retention does to old segments, now
+        s.wait(rows=400, timeout=120)  # the batch's rows: what the index holds
     finally:
         s.stop()
     kept = sent.take(pa.array([i for i in range(400) if i % 2 or i >= 200]))

@@ -380,3 +380,33 @@ def test_a_restart_can_take_the_configuration_the_journal_last_committed(spark, 
         assert plain.slide_s == 10
     finally:
         plain.stop(drain=False)
+
+
+def test_a_fresh_query_reads_what_its_spool_held_before_it_started(spark, tmp_path, request):
+    """Read in the driver, the first batch of a fresh query holds the datasets that were in the spool
+    before the query started.  Known bug on PySpark 4.3 (found 2026-11-24, not yet understood): that
+    first batch reads no row although its record counts the datasets' rows.  Strict: it tells when
+    it is mended."""
+    import numpy as np
+
+    from lmstream_kit.feed.spool import Spool
+    from lmstream_kit.workloads import load_workload
+
+    if tuple(int(p) for p in spark.version.split(".")[:2]) >= (4, 3):
+        request.applymarker(pytest.mark.xfail(strict=True, reason="PySpark 4.3: the first batch of a fresh "
+                                              "query reads nothing of a spool filled before it started"))
+    workload = load_workload("PASSTHROUGH")
+    run = tmp_path / "filled"
+    spool = Spool(run / "spool", schema=workload.schema)
+    spool.append(workload.make_rows(0, 400, np.random.default_rng(4)), source="test")
+    spool.close()
+    (tmp_path / "in").mkdir()
+    s = LiveStream("PASSTHROUGH", policy="asap", input_dir=tmp_path / "in", run_dir=run, spark=spark, speedup=5,
+                   read="driver")
+    s.start()
+    try:
+        s.wait(rows=400, timeout=120)
+    finally:
+        s.stop()
+    first = [r for r in s.records if r["rows"] > 0][0]
+    assert (first["rows"], first["output_rows"]) == (400, 400)
