@@ -293,15 +293,22 @@ def _convert_python(field: pa.Field, values: list, problems: _Rejects) -> pa.Arr
             problems.add(i, f"column '{name}': value {_show(v)} is not {typ}")
             v = None
         clean.append(v)
+    return _array_of(field, clean, problems)
+
+
+def _array_of(field: pa.Field, values: list, problems: _Rejects) -> pa.Array:
+    """``values`` (Python values of the right kind) as ``field.type``; one that does not fit it (an
+    integer too large for int32) becomes null and a problem."""
+    typ = field.type
     try:
-        return pa.array(clean, type=typ)
+        return pa.array(values, type=typ)
     except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, OverflowError):
         pass
     out = []
-    for i, v in enumerate(clean):  # e.g. an integer too large for int32
+    for i, v in enumerate(values):
         try:
             out.append(pa.array([v], type=typ)[0].as_py())
         except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, OverflowError):
-            problems.add(i, f"column '{name}': value {_show(v)} is not {typ}")
+            problems.add(i, f"column '{field.name}': value {_show(v)} is not {typ}")
             out.append(None)
     return pa.array(out, type=typ)

@@ -39,7 +39,7 @@ from typing import Any
 import pyarrow as pa
 
 from ..exceptions import ConfigError, one_line
-from .validate import _convert_python, _Rejects, apply_checks
+from .validate import _array_of, _convert_python, _Rejects, apply_checks
 
 __all__ = ["FORMATS", "WRITABLE", "avro_schema", "decode_json", "decode_values", "encode_json", "encode_values",
            "check_format"]
@@ -264,24 +264,7 @@ def decode_avro(values: Sequence[bytes | None], schema: pa.Schema, checks: Mappi
             return None, f"not an Avro record of the schema: {len(raw) - buf.tell()} byte(s) left over"
         return item, None
 
-    return _decode_each(values, schema, checks, parse, _from_avro)
-
-
-def _from_avro(field: pa.Field, values: list, problems: _Rejects) -> pa.Array:
-    """Avro's Python values as ``field.type``: a value outside the type (an int8 column's 300) becomes
-    null and a problem; Avro checked the rest."""
-    try:
-        return pa.array(values, type=field.type)
-    except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
-        pass
-    out = []
-    for i, v in enumerate(values):
-        try:
-            out.append(pa.array([v], type=field.type)[0].as_py())
-        except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
-            problems.add(i, f"column '{field.name}': value {v!r} is not {field.type}")
-            out.append(None)
-    return pa.array(out, type=field.type)
+    return _decode_each(values, schema, checks, parse, _array_of)  # Avro checked the kinds; pyarrow the ranges
 
 
 # ---------------------------------------------------------------------- by format
