@@ -51,6 +51,7 @@ class AdmissionBook:
         self.admitted_end = 0
         self.completed_end = 0
         self.in_batch = False
+        self.initial: int | None = None  # where the query started, once Spark asked (see initial_offset)
         self._admissions: dict[int, Admission] = {}
         self._planned: deque = deque()
         self._polls = 0
@@ -58,11 +59,28 @@ class AdmissionBook:
 
     def resume(self, *, resume: int | None, committed: int | None, now: float = 0.0) -> None:
         """Start from a checkpoint: Spark replays ``committed..resume`` first, without asking the source."""
+        self.initial = None
         self.admitted_end = resume or 0
         self.completed_end = committed or 0
         if resume is not None and resume > (committed or 0):
             self._planned.append((committed or 0, resume))
             self._admissions[resume] = Admission(committed or 0, resume, now, reason="replay")
+
+    def initial_offset(self) -> int:
+        """Where a query without a checkpoint starts: what was admitted when Spark first asked.
+
+        Asked again (PySpark 4.3 asks once more when it plans the first batch), the answer stays
+        the same: had it moved to the end of the first admission, that batch would plan as empty.
+
+        >>> book = AdmissionBook(); book.initial_offset()
+        0
+        >>> book.admit(0, end=3, admitted_at=1.0, reason="bound"); book.initial_offset()
+        3
+        0
+        """
+        if self.initial is None:
+            self.initial = self.admitted_end
+        return self.initial
 
     def base(self, start: int | None) -> int:
         """The offset Spark asks from (``start``), or the last admitted one."""
@@ -113,8 +131,9 @@ class AdmissionBook:
         self.in_batch = False
 
     def forget_planned(self) -> None:
-        """The query restarts: Spark plans again from its checkpoint."""
+        """The query restarts: Spark plans again from its checkpoint (or a new query from ``initial_offset``)."""
         self._planned.clear()
+        self.initial = None
 
     def caught_up(self, end_seq: int) -> bool:
         """Whether every dataset before ``end_seq`` was processed."""

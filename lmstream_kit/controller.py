@@ -33,6 +33,7 @@ Example
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import numbers
 import threading
@@ -124,6 +125,10 @@ class Decision:
         ``age_s + predicted_s + margin_s + poll_interval_s`` (0.0 when empty).
     target_s : float
         Latency target in force.
+    take : int or None
+        How many of the oldest pending datasets are admitted: None for all of
+        them, a smaller count for a catch-up chunk (reason ``"catch-up"``; then
+        ``rows``, ``nbytes`` and ``predicted_s`` are the chunk's).
     """
 
     admit: bool
@@ -136,6 +141,7 @@ class Decision:
     margin_s: float
     estimate_s: float
     target_s: float
+    take: int | None = None
 
 
 @dataclass(frozen=True)
@@ -206,11 +212,30 @@ class AdmissionController(BatchController):
         estimate of it, and it is only the largest of a few errors early in a
         run; the bound keeps the guarantee with few observations.
 
+    catch_up : {"chunks", "all"}, default "chunks"
+        What an admission takes once the backlog cannot meet the target in one
+        batch (after a restart or a burst).  ``"all"``: everything pending, as
+        Algorithm 1 does.  ``"chunks"``: the oldest datasets, as many as the
+        model predicts to finish within the target (see Notes).
+
     Notes
     -----
-    * ``decide`` admits *everything* pending (Algorithm 1 has no partial
-      admission), so a single dataset whose prediction alone exceeds the target
-      is admitted at once.
+    * Algorithm 1 admits *everything* pending, so a single dataset whose
+      prediction alone exceeds the target is admitted at once, and a backlog
+      becomes one long batch that delays every row arriving meanwhile.  With
+      ``catch_up="chunks"``, an admission whose whole backlog is predicted to
+      take longer than the *budget* ``target - margin - poll_interval`` takes
+      only the longest prefix of ``pending`` (in spool order, oldest first)
+      predicted to fit the budget (reason ``"catch-up"``); where the margin
+      leaves room for no dataset, the prefix that fits ``target -
+      poll_interval``.  Before the model has seen a batch it cannot size one,
+      so a backlog whose arrivals span more than the target is cut at the
+      datasets that arrived within one target of the oldest: what a batch
+      holds in steady state.  Where even the oldest dataset alone does not fit
+      the budget, chunks cannot help and everything is admitted.  The batch
+      that drains the backlog (the first admission after chunks that is not
+      one) gets ``catch_up_s``: from the first chunk's admission to its own
+      completion.
     * The safety margin is ``max(min_margin_s, Q, B, 0)`` where ``Q`` is the
       nearest-rank ``quantile`` of the residuals ``processing_s - prediction``
       of the last ``history`` batches, each prediction taken just *before* that
@@ -248,8 +273,14 @@ class AdmissionController(BatchController):
         Param("prior_processing_s", float, low=0, nullable=True, doc="predicted service time before any batch"),
         Param("min_margin_s", float, low=0, doc="lower bound of the safety margin"),
         Param("interval_margin", bool, doc="also keep the residuals' normal prediction bound as margin"),
+        Param("catch_up", str, choices=("chunks", "all"),
+              doc="a backlog that cannot meet the target in one batch: in chunks that fit it, or all at once"),
     )
     MUTABLE = frozenset(p.name for p in PARAMS)
+    FIELDS = {
+        "catch_up_s": "s from the first catch-up chunk's admission to the completion of the batch that "
+                      "drained the backlog (on that batch only)",
+    }
 
     def __init__(
         self,
@@ -262,6 +293,7 @@ class AdmissionController(BatchController):
         prior_processing_s: float | None = None,
         min_margin_s: float = 0.0,
         interval_margin: bool = True,
+        catch_up: str = "chunks",
         warmup: int = 0,
     ) -> None:
         super().__init__()
@@ -280,6 +312,7 @@ class AdmissionController(BatchController):
             "prior_processing_s": prior_processing_s,
             "min_margin_s": min_margin_s,
             "interval_margin": interval_margin,
+            "catch_up": catch_up,
         }
         self._p: dict[str, Any] = {k: self.param(k).validate(v) for k, v in values.items()}
         self._model = ServiceTimeModel(history=self._history, prior_s=0.0)
@@ -288,6 +321,7 @@ class AdmissionController(BatchController):
         self._lat_sum = 0.0  # sum of observed max latencies (tumbling target)
         self._n_observed = 0
         self._last_decision: Decision | None = None
+        self._catch_up_since: float | None = None  # admission of a catch-up's first chunk
         self._changes: list[ParamChange] = []
         self._n_reported = 0  # how many of _changes pop_changes already returned
         self._sync_prior()
@@ -339,8 +373,9 @@ class AdmissionController(BatchController):
         now : float
             Current time (same clock as the arrivals, epoch seconds).
         pending : sequence
-            Objects with ``.arrival`` (float), ``.rows`` and ``.nbytes``; order
-            is not relied upon (the oldest arrival is the minimum).
+            Objects with ``.arrival`` (float), ``.rows`` and ``.nbytes``, in
+            spool order: a catch-up chunk is a prefix (the oldest arrival is
+            still taken as the minimum).
 
         Returns
         -------
@@ -353,6 +388,17 @@ class AdmissionController(BatchController):
         >>> c = AdmissionController(slide_s=2.0, prior_processing_s=0.5)
         >>> c.decide(7.0, [D(arrival=4.0, rows=1, nbytes=64)]).reason
         'overdue'
+
+        A backlog of 10 datasets of 1 s each where the target is 2 s is admitted
+        in chunks that fit ``2 - 0.01`` s:
+
+        >>> from lmstream_kit.controller import BatchObservation as B
+        >>> c.observe(B(rows=1, nbytes=100, processing_s=0.5, max_latency_s=2))
+        >>> c.observe(B(rows=1, nbytes=200, processing_s=1.0, max_latency_s=2))
+        >>> backlog = [D(arrival=float(i), rows=1, nbytes=100) for i in range(10)]
+        >>> d = c.decide(20.0, backlog)
+        >>> d.reason, d.take, d.predicted_s, d.margin_s      # 3 x 100 B in 1.5 s; 4 would need 2 s
+        ('catch-up', 3, 1.5, 0.0)
         """
         # Aggregate outside the lock: this is the only O(len(pending)) work.
         n = 0
@@ -376,7 +422,8 @@ class AdmissionController(BatchController):
                 age = now - oldest
                 age = max(age, 0.0)
                 predicted = self._model.predict(nbytes)
-                estimate = age + predicted + margin + self._p["poll_interval_s"]
+                poll = self._p["poll_interval_s"]
+                estimate = age + predicted + margin + poll
                 if age >= target - _TIE_EPS_S:
                     admit, reason = True, "overdue"
                 elif estimate >= target - _TIE_EPS_S:
@@ -384,8 +431,51 @@ class AdmissionController(BatchController):
                 else:
                     admit, reason = False, "wait"
                 dec = Decision(admit, reason, n, rows, nbytes, age, predicted, margin, estimate, target)
+                if admit and n > 1 and self._p["catch_up"] == "chunks":
+                    dec = self._chunk(dec, pending, target - margin - poll, oldest) or dec
             self._last_decision = dec
         return dec
+
+    def _fits(self, pending: Sequence, budget: float) -> int:
+        """How many of the oldest ``pending`` datasets the model predicts to finish within ``budget``."""
+        take, size = 0, 0
+        for d in pending:
+            if self._model.predict(size + d.nbytes) > budget + _TIE_EPS_S:
+                break
+            size += d.nbytes
+            take += 1
+        return take
+
+    def _chunk(self, dec: Decision, pending: Sequence, budget: float, oldest: float) -> Decision | None:
+        """A catch-up chunk of ``pending`` for an admission ``dec``, or None to admit it all (lock held)."""
+        model = self._model
+        if model.n == 0:
+            # nothing observed: a prediction is the prior whatever the size, so cut
+            # the backlog at what arrived within one target of its oldest dataset
+            if max(d.arrival for d in pending) - oldest <= dec.target_s:
+                return None
+            take = 0
+            for d in pending:
+                if d.arrival - oldest >= dec.target_s and take > 0:
+                    break
+                take += 1
+        else:
+            if dec.predicted_s <= budget:
+                return None
+            take = self._fits(pending, budget)
+            if take == 0:  # the margin leaves no room: size the chunk by the target alone
+                take = self._fits(pending, dec.target_s - self._p["poll_interval_s"])
+            if take == 0:
+                return None  # the oldest dataset alone overruns the target: smaller batches cannot help
+        if take >= dec.n_datasets:
+            return None
+        chunk = pending[:take]
+        rows = sum(d.rows for d in chunk)
+        nbytes = sum(d.nbytes for d in chunk)
+        predicted = model.predict(nbytes)
+        return dataclasses.replace(dec, reason="catch-up", rows=rows, nbytes=nbytes, predicted_s=predicted,
+                                   estimate_s=dec.age_s + predicted + dec.margin_s + self._p["poll_interval_s"],
+                                   take=take)
 
     # -- learning ----------------------------------------------------------
     def observe(self, obs: BatchObservation) -> None:
@@ -456,7 +546,7 @@ class AdmissionController(BatchController):
         >>> c.mutate({"history": 10})
         Traceback (most recent call last):
         ...
-        lmstream_kit.exceptions.ConfigError: cannot change 'history' on a live controller; mutable parameters: initial_target_s, interval_margin, min_margin_s, poll_interval_s, prior_processing_s, quantile, slide_s
+        lmstream_kit.exceptions.ConfigError: cannot change 'history' on a live controller; mutable parameters: catch_up, initial_target_s, interval_margin, min_margin_s, poll_interval_s, prior_processing_s, quantile, slide_s
         """
         if not isinstance(changes, Mapping):
             raise ConfigError(f"mutate expects a mapping of parameter -> value, got {changes!r}")
@@ -485,11 +575,19 @@ class AdmissionController(BatchController):
         """The protocol's setter: ``mutate({name: value})``."""
         self.mutate({name: value})
 
-    def after_batch(self, record) -> None:
-        """Learn from a completed data batch (the run loop's hook)."""
-        if record.rows > 0:
-            self.observe(BatchObservation(rows=record.rows, nbytes=record.bytes,
-                                          processing_s=record.processing_s, max_latency_s=record.max_latency_s))
+    def after_batch(self, record) -> dict | None:
+        """Learn from a completed data batch (the run loop's hook); time a catch-up that it ends."""
+        if record.rows <= 0:
+            return None
+        self.observe(BatchObservation(rows=record.rows, nbytes=record.bytes,
+                                      processing_s=record.processing_s, max_latency_s=record.max_latency_s))
+        with self._lock:
+            if record.decision_reason == "catch-up":
+                if self._catch_up_since is None:
+                    self._catch_up_since = record.admitted_at
+                return None
+            since, self._catch_up_since = self._catch_up_since, None
+        return None if since is None else {"catch_up_s": record.completed_at - since}
 
     def set_slide(self, slide_s: float, *, record: bool = True) -> None:
         """Shorthand for ``mutate({"slide_s": slide_s}, record=record)``."""

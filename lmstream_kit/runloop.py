@@ -142,7 +142,7 @@ class RunLoop:
     # ------------------------------------------------------------------ the source's questions
     def on_initial(self) -> int:
         with self.lock:
-            return self.book.admitted_end
+            return self.book.initial_offset()
 
     def on_latest(self, start: int | None) -> int:
         """Spark asks for the next batch's end offset: the gate admits what is pending, or holds."""
@@ -159,10 +159,12 @@ class RunLoop:
             self.book.polled(time.perf_counter() - t0)
             if decision is not None and not decision.admit:
                 return base
+            take = getattr(decision, "take", None)  # a catch-up chunk: the oldest `take` datasets
+            admitted = pending if take is None else pending[:max(1, int(take))]
             fields = {"decision": decision, "changes": self.changelog.take(ADMISSION)}
             for controller in self.controllers:
-                fields.update(controller.on_admit(pending) or {})
-            return self.book.admit(base, end=pending[-1].seq + 1, admitted_at=now,
+                fields.update(controller.on_admit(admitted) or {})
+            return self.book.admit(base, end=admitted[-1].seq + 1, admitted_at=now,
                                    reason=decision.reason if decision is not None else "drain",
                                    fields=fields, policy=self.settings().policy)
 

@@ -293,12 +293,13 @@ def _poll_loop(
         if not admit:
             k += 1
             continue
-        rows = sum(d.rows for d in pending)
-        nbytes = sum(d.nbytes for d in pending)
+        take = getattr(decision, "take", None)  # a catch-up chunk: the oldest `take` datasets
+        batch, pending = (pending, []) if take is None else (pending[:take], pending[take:])
+        rows = sum(d.rows for d in batch)
+        nbytes = sum(d.nbytes for d in batch)
         s = _service(service_time, rows, nbytes)
-        b = _make_batch(len(batches), t, t + s, pending, decision)
+        b = _make_batch(len(batches), t, t + s, batch, decision)
         batches.append(b)
-        pending = []
         if on_complete is not None:
             on_complete(b, s)
         base, k = b.completed_at, 0  # polling resumes at completion

@@ -504,6 +504,7 @@ def test_params_and_snapshot_json():
         "prior_processing_s": 0.5,
         "min_margin_s": 0.0,
         "interval_margin": True,
+        "catch_up": "chunks",
         "warmup": 0,
     }
     for x, t in ((100, 1.5), (200, 2.5), (300, 3.5)):

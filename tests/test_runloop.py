@@ -82,6 +82,19 @@ def test_each_batch_gets_one_record_with_its_span_admission_and_hooks_in_order()
     assert loop.records == [record]
 
 
+def test_the_initial_offset_of_a_query_stays_where_it_started_until_the_query_restarts():
+    # PySpark 4.3 asks initialOffset again when it plans the first batch: the answer must not
+    # have moved to the end of the first admission (that batch then planned as empty)
+    loop = make(AdmitAll("asap"))
+    assert loop.on_initial() == 0
+    assert loop.on_latest(0) == 6
+    assert loop.on_initial() == 0
+    loop.on_planned(0, 6)
+    loop.run_batch(NS(batch_id=0))
+    loop.book.forget_planned()  # a live restart starts a new query from what was admitted
+    assert loop.on_initial() == 6
+
+
 def test_a_gate_that_waits_holds_the_offset_and_counts_the_polls():
     times = iter([1005.5, 1006.0, 1100.0, 1100.1, 1100.2, 1101.0])  # the oldest dataset arrived at 1000
     loop = make(AdmissionController(slide_s=100.0, prior_processing_s=1.0), clock=lambda: next(times))
