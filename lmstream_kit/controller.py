@@ -184,9 +184,7 @@ class AdmissionController(BatchController):
     ----------
     slide_s : float
         Window slide in seconds.  ``> 0`` (sliding window): the latency target
-        is ``slide_s``.  ``0`` (tumbling window): the target is the running
-        mean of the ``max_latency_s`` of every observed batch, or
-        ``initial_target_s`` before the first observation.
+        is ``slide_s``.  ``0`` (tumbling window): see ``tumbling_target``.
     poll_interval_s : float, default 0.01
         How often the stream polls; added to the estimate because the next
         chance to admit is one poll later (>= 0).
@@ -212,6 +210,26 @@ class AdmissionController(BatchController):
         estimate of it, and it is only the largest of a few errors early in a
         run; the bound keeps the guarantee with few observations.
 
+    tumbling_target : {"paper", "window"}, default "paper"
+        The target of a tumbling window (``slide_s == 0``).  ``"paper"``: the
+        running mean of the ``max_latency_s`` of every observed batch, or
+        ``initial_target_s`` before the first observation (LMStream's rule; it
+        reinforces itself: small first batches set a small target).
+        ``"window"``: a window's result appears only when it closes, so inside
+        a window the target is ``window_target_s`` (the window's length, the
+        query's bound), and pending data that closes a window is admitted at
+        once (reason ``"window"``; see ``close_period_s``).
+    window_target_s : float, default 0.0
+        The ``"window"`` target in wall seconds (0: ``initial_target_s``).
+    close_period_s : float, default 0.0
+        Event-time seconds between window ends (a tumbling window's length; 0:
+        the query's results do not wait for windows to close, as a join's, and
+        ``"window"`` only batches up to ``window_target_s``).  Pending datasets
+        tell their event time by a ``second`` attribute (the spool's generated
+        second); data without it never counts as closing a window.
+    lateness_s : float, default 0.0
+        The watermark's delay in event-time seconds: a window ending at ``e``
+        closes once data of second ``e + lateness_s`` arrived.
     catch_up : {"chunks", "all"}, default "chunks"
         What an admission takes once the backlog cannot meet the target in one
         batch (after a restart or a burst).  ``"all"``: everything pending, as
@@ -273,6 +291,12 @@ class AdmissionController(BatchController):
         Param("prior_processing_s", float, low=0, nullable=True, doc="predicted service time before any batch"),
         Param("min_margin_s", float, low=0, doc="lower bound of the safety margin"),
         Param("interval_margin", bool, doc="also keep the residuals' normal prediction bound as margin"),
+        Param("tumbling_target", str, choices=("paper", "window"),
+              doc="tumbling window: LMStream's running mean of past max latencies, or batch up to the "
+                  "window's length and admit at once what closes a window"),
+        Param("window_target_s", float, low=0, doc="the 'window' target, wall s (0 = initial_target_s)"),
+        Param("close_period_s", float, low=0, doc="event-time s between window ends (0 = results do not wait)"),
+        Param("lateness_s", float, low=0, doc="the watermark's delay, event-time s"),
         Param("catch_up", str, choices=("chunks", "all"),
               doc="a backlog that cannot meet the target in one batch: in chunks that fit it, or all at once"),
     )
@@ -293,6 +317,10 @@ class AdmissionController(BatchController):
         prior_processing_s: float | None = None,
         min_margin_s: float = 0.0,
         interval_margin: bool = True,
+        tumbling_target: str = "paper",
+        window_target_s: float = 0.0,
+        close_period_s: float = 0.0,
+        lateness_s: float = 0.0,
         catch_up: str = "chunks",
         warmup: int = 0,
     ) -> None:
@@ -312,6 +340,10 @@ class AdmissionController(BatchController):
             "prior_processing_s": prior_processing_s,
             "min_margin_s": min_margin_s,
             "interval_margin": interval_margin,
+            "tumbling_target": tumbling_target,
+            "window_target_s": window_target_s,
+            "close_period_s": close_period_s,
+            "lateness_s": lateness_s,
             "catch_up": catch_up,
         }
         self._p: dict[str, Any] = {k: self.param(k).validate(v) for k, v in values.items()}
@@ -322,6 +354,7 @@ class AdmissionController(BatchController):
         self._n_observed = 0
         self._last_decision: Decision | None = None
         self._catch_up_since: float | None = None  # admission of a catch-up's first chunk
+        self._admitted_second: float | None = None  # latest event second admitted (window closes)
         self._changes: list[ParamChange] = []
         self._n_reported = 0  # how many of _changes pop_changes already returned
         self._sync_prior()
@@ -331,6 +364,8 @@ class AdmissionController(BatchController):
         slide = self._p["slide_s"]
         if slide > 0.0:
             return slide
+        if self._p["tumbling_target"] == "window":
+            return self._p["window_target_s"] or self._p["initial_target_s"]
         if self._n_observed == 0:
             return self._p["initial_target_s"]
         return self._lat_sum / self._n_observed
@@ -428,13 +463,39 @@ class AdmissionController(BatchController):
                     admit, reason = True, "overdue"
                 elif estimate >= target - _TIE_EPS_S:
                     admit, reason = True, "admit"
+                elif self._closes_window(pending):
+                    admit, reason = True, "window"
                 else:
                     admit, reason = False, "wait"
                 dec = Decision(admit, reason, n, rows, nbytes, age, predicted, margin, estimate, target)
                 if admit and n > 1 and self._p["catch_up"] == "chunks":
                     dec = self._chunk(dec, pending, target - margin - poll, oldest) or dec
+                if admit:
+                    self._note_admitted(pending if dec.take is None else pending[:dec.take])
             self._last_decision = dec
         return dec
+
+    def _closes_window(self, pending: Sequence) -> bool:
+        """Whether ``pending`` holds data that closes a window still open (``"window"`` target; lock held)."""
+        period = self._p["close_period_s"]
+        if self._p["slide_s"] > 0.0 or self._p["tumbling_target"] != "window" or period <= 0.0:
+            return False
+        seconds = [s for d in pending if (s := getattr(d, "second", None)) is not None]
+        if not seconds:
+            return False
+        lateness = self._p["lateness_s"]
+        # the watermark after what was admitted; before any admission, the first window with data is open
+        seen = self._admitted_second
+        mark = seen - lateness if seen is not None else min(seconds)
+        next_end = (math.floor(mark / period) + 1) * period  # the end of the oldest open window
+        return max(seconds) - lateness >= next_end - _TIE_EPS_S
+
+    def _note_admitted(self, admitted: Sequence) -> None:
+        seconds = [s for d in admitted if (s := getattr(d, "second", None)) is not None]
+        if seconds:
+            top = max(seconds)
+            if self._admitted_second is None or top > self._admitted_second:
+                self._admitted_second = float(top)
 
     def _fits(self, pending: Sequence, budget: float) -> int:
         """How many of the oldest ``pending`` datasets the model predicts to finish within ``budget``."""
@@ -546,7 +607,7 @@ class AdmissionController(BatchController):
         >>> c.mutate({"history": 10})
         Traceback (most recent call last):
         ...
-        lmstream_kit.exceptions.ConfigError: cannot change 'history' on a live controller; mutable parameters: catch_up, initial_target_s, interval_margin, min_margin_s, poll_interval_s, prior_processing_s, quantile, slide_s
+        lmstream_kit.exceptions.ConfigError: cannot change 'history' on a live controller; mutable parameters: catch_up, close_period_s, initial_target_s, interval_margin, lateness_s, min_margin_s, poll_interval_s, prior_processing_s, quantile, slide_s, tumbling_target, window_target_s
         """
         if not isinstance(changes, Mapping):
             raise ConfigError(f"mutate expects a mapping of parameter -> value, got {changes!r}")

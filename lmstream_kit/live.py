@@ -31,7 +31,7 @@ from .stream_config import StreamConfig
 from .runinfo import final_run_info, run_info
 from .runloop import BatchSettings, RunLoop
 from .protocol import BatchController, ChangeLog
-from .record import controller_target_s, latency_bound, summarize, tumbling_start_s
+from .record import controller_target_s, latency_bound, summarize, tumbling_start_s, window_params
 from .workloads import Workload
 
 BatchCallback = Callable[[dict], None]
@@ -192,7 +192,8 @@ class LiveStream(StreamControls):
         # tumbling target starts from the window's length (record.tumbling_start_s).
         window = self.workload.window_range_s or self.workload.slide_s
         start = {"initial_target_s": tumbling_start_s(window, self.speedup)} if window > 0 else {}
-        self._controller_params = {"warmup": 1, **start, **(controller or {})}
+        self._controller_params = {"warmup": 1, **start, **window_params(self.workload, self.speedup),
+                                   **(controller or {})}
         gate = self.policy.make_gate(slide_s=self.slide_s / self.speedup,
                                      controller_params=self._controller_params)
         gate.bind_changelog(self.changelog)
@@ -221,6 +222,11 @@ class LiveStream(StreamControls):
         self._run_info: Optional[dict] = None
         for make in self.workload.controllers:  # the live objects the workload comes with
             self.add_controller(make())
+        if self.workload.results_at_close and self.workload.lateness_s is not None and window > 0:
+            from .results import WindowResults
+
+            self.add_controller(WindowResults(period_s=lambda: self.slide_s or self.workload.window_range_s,
+                                              lateness_s=self.workload.lateness_s))
         for c in controllers:
             self.add_controller(c)
 

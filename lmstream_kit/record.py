@@ -31,6 +31,7 @@ __all__ = [
     "net_processing",
     "plan_of",
     "summarize",
+    "window_params",
 ]
 
 
@@ -54,6 +55,27 @@ def latency_bound(slide_s: float, window_range_s: float, speedup: float = 1.0) -
     """
     length = slide_s if slide_s > 0 else window_range_s
     return float(length) / float(speedup)
+
+
+def window_params(workload: Any, speedup: float = 1.0) -> dict:
+    """The controller parameters of a tumbling workload's ``"window"`` target (``{}`` for others).
+
+    The target inside a window is the window's length in wall seconds (the query's bound); a query
+    whose results wait for a window to close (``results_at_close``) also has its windows' ends
+    and its watermark's delay, so that data closing a window is admitted at once.
+
+    >>> from lmstream_kit.workloads import get_workload
+    >>> window_params(get_workload("CM1T"), speedup=2)
+    {'tumbling_target': 'window', 'window_target_s': 30.0, 'close_period_s': 60.0, 'lateness_s': 5.0}
+    >>> window_params(get_workload("LR1T"), speedup=2)["close_period_s"], window_params(get_workload("LR2S"))
+    (0.0, {})
+    """
+    if workload.slide_s > 0 or not workload.window_range_s:
+        return {}
+    at_close = bool(workload.results_at_close and workload.lateness_s is not None)
+    return {"tumbling_target": "window", "window_target_s": float(workload.window_range_s) / float(speedup),
+            "close_period_s": float(workload.window_range_s) if at_close else 0.0,
+            "lateness_s": float(workload.lateness_s or 0.0) if at_close else 0.0}
 
 
 def controller_target_s(slide_s: float, speedup: float = 1.0) -> float | None:

@@ -505,6 +505,10 @@ def test_params_and_snapshot_json():
         "min_margin_s": 0.0,
         "interval_margin": True,
         "catch_up": "chunks",
+        "tumbling_target": "paper",
+        "window_target_s": 0.0,
+        "close_period_s": 0.0,
+        "lateness_s": 0.0,
         "warmup": 0,
     }
     for x, t in ((100, 1.5), (200, 2.5), (300, 3.5)):

@@ -114,11 +114,14 @@ def test_a_tumbling_target_starts_at_a_sixth_of_the_window_not_a_hidden_constant
     from lmstream_kit.live import LiveStream
 
     lanes = load_workload(f"{LANES_FILE}:LANES")
-    s = LiveStream(lanes, speedup=4)  # not started: no Spark
+    paper = {"tumbling_target": "paper"}
+    s = LiveStream(lanes, speedup=4, controller=paper)  # not started: no Spark
     assert s.gate.target_s == pytest.approx(20 / 6 / 4) == pytest.approx(tumbling_start_s(20, 4))
     assert s.bound_s == 5.0
-    mine = LiveStream(lanes, speedup=4, controller={"initial_target_s": 2.0})
+    mine = LiveStream(lanes, speedup=4, controller={**paper, "initial_target_s": 2.0})
     assert mine.gate.target_s == 2.0
+    # the default "window" target batches up to the window's length (the bound)
+    assert LiveStream(lanes, speedup=4).gate.target_s == 5.0
 
 
 def test_a_resumed_generator_continues_after_its_last_second_with_a_timestamp_event_time(tmp_path):

@@ -444,3 +444,33 @@ def test_a_backlog_is_caught_up_in_chunks_that_tile_the_spool_exactly_once(spark
     assert len(drained) == 1 and drained[0]["decision_reason"] != "catch-up"
     assert drained[0]["catch_up_s"] == pytest.approx(drained[0]["completed_at"] - data[0]["admitted_at"])
     assert sorted_rows(output_table(run)) == sorted_rows(spool_table(run)), "every row once"
+
+
+@pytest.mark.parametrize("target", ["window", "paper"])
+def test_result_latency_names_the_batches_that_emit_each_window(spark, tmp_path, target):
+    """CM1T (60 s tumbling windows, 5 s lateness) emits a window when the watermark passes its end:
+    each batch's record says how many windows it emitted, and they are the windows in its output."""
+    run = tmp_path / f"cm1t-{target}"
+    s = LiveStream("CM1T", policy="lmstream", traffic="constant", rate=50, speedup=20, duration_s=200,
+                   run_dir=run, spark=spark, output="parquet", controller={"tumbling_target": target})
+    s.start()
+    try:
+        s.wait(until=lambda st: st.feed_finished(), timeout=150)
+        s.wait(until=lambda st: st.loop.book.settled(), timeout=60)
+    finally:
+        s.stop()
+    assert s.loop.gate.params()["tumbling_target"] == target
+    emitted = {}
+    for f in sorted((run / "output").glob("part-*.parquet")):
+        ends = pq.read_table(f, columns=["window_end"])["window_end"].to_pylist()
+        if ends:
+            emitted[int(f.stem.split("-")[1])] = sorted({e.timestamp() for e in ends})
+    records = {int(r["batch_id"]): r for r in s.records}
+    assert len(emitted) >= 2  # windows ending at 60 s and 120 s of the 200 s fed
+    for batch_id, ends in emitted.items():
+        r = records[batch_id]
+        assert (r["windows_closed"], r["closed_window_end"]) == (len(ends), ends[-1]), (batch_id, ends)
+        assert r["result_latency_s"] > 0
+    assert sum(r.get("windows_closed", 0) for r in records.values()) == sum(map(len, emitted.values()))
+    if target == "window":  # the data that closes a window is admitted at once
+        assert "window" in {r["decision_reason"] for r in s.records}

@@ -83,6 +83,14 @@ class Workload:
         pandas/cudf operator by operator (:mod:`lmstream_kit.twin`; no Spark);
         look it up with :func:`lmstream_kit.twin.twin_program`, which builds it
         once.  None: the workload has no twin.
+    lateness_s : float, optional
+        The watermark's delay on the event-time column, simulated seconds (None: unknown).
+    results_at_close : bool
+        The query emits a window's rows only once the watermark closes it (an
+        append-mode windowed aggregation), rather than row by row (a join).
+        Then each batch's record tells the *result latency* of the windows it
+        emitted (:class:`lmstream_kit.results.WindowResults`), and a tumbling
+        window's controller admits at once what closes a window.
     controllers : tuple of callables
         Factories of the live objects the workload comes with
         (:class:`~lmstream_kit.protocol.BatchController` s); a LiveStream plugs one of
@@ -107,6 +115,8 @@ class Workload:
     window_from_plan: bool = False
     batch_program: Callable[[Any], Callable[[Any, int], tuple[Any, dict]]] | None = None
     controllers: tuple[Callable[[], Any], ...] = ()
+    lateness_s: float | None = None
+    results_at_close: bool = False
 
     def __post_init__(self) -> None:
         if self.slide_s < 0:

@@ -138,5 +138,7 @@ CM1S, CM1T = register_pair(
     output_mode="append",
     checks=CM_CHECKS,
     time_column="time",
+    lateness_s=LATENESS_S,
+    results_at_close=True,
     finish_batch=order_batch,
 )

@@ -98,6 +98,8 @@ CM2S = register(
         output_mode="append",
         checks=CM_CHECKS,
         time_column="time",
+        lateness_s=LATENESS_S,
+        results_at_close=True,
         query_for_slide=query_for_slide,
         twin=build_twin,
     )

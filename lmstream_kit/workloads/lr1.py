@@ -237,4 +237,5 @@ LR1S, LR1T = register_pair(
     output_mode="append",
     checks=LR_CHECKS,
     time_column="time",
+    lateness_s=LATENESS_S,
 )

@@ -115,6 +115,8 @@ LR2S = register(
         output_mode="append",
         checks=LR_CHECKS,
         time_column="time",
+        lateness_s=LATENESS_S,
+        results_at_close=True,
         query_for_slide=query_for_slide,
         twin=build_twin,
     )
