@@ -13,6 +13,7 @@ from plotly.offline import get_plotlyjs
 from lmstream_kit import report
 from lmstream_kit.report import (
     build_report,
+    capacity_brackets,
     capacity_table,
     claims,
     cpu_table,
@@ -174,13 +175,50 @@ def test_claims_compare_policies_only_at_the_same_offered_rate():
     assert claim_row(claims(results), "1.")["value"] == pytest.approx(0.5)
 
 
-def test_claim2b_uses_the_capacity_ratio_when_the_search_ran():
-    results, _, capacity, _ = full_sweep()
+def searched(capacities: dict, duration_s: float = 60.0) -> pd.DataFrame:
+    """Probe rows as the bench writes them, from capacity searches against known capacities."""
+    from lmstream_kit.bench.capacity import PROBE_COLUMNS, CapacitySearch, search_pairs
+
+    def probe(pair, rate, rep):
+        return {"passed": rate <= capacities[pair], "seed": rep, "duration_s": duration_s}
+
+    rows = search_pairs(list(capacities), probe, lambda: CapacitySearch(1000, max_probes=12, max_rate=64000))
+    return pd.DataFrame(rows, columns=PROBE_COLUMNS)
+
+
+def test_claim2b_compares_the_two_brackets_and_says_how_they_were_measured():
+    results, _, _, _ = full_sweep()
     assert not claims(results)["claim"].str.startswith("2b").any()
+    capacity = searched({("LR1T", "lmstream"): 3000, ("LR1T", "fixed"): 1500,
+                         ("LR1S", "lmstream"): 9000, ("LR1S", "fixed"): 10})
     row = claim_row(claims(results, capacity), "2b")
-    assert row["value"] == pytest.approx(2000.0 / 1000.0)
-    assert row["where"] == "LR1S"
+    # LR1S's ratio is larger, but fixed passed nothing there: LR1T, both bracketed, proves more
+    assert row["where"] == "LR1T"
+    assert row["ours"] == ("1.83–2.18×: lmstream 2,828–3,084 (bracketed, 2 reps), fixed 1,414–1,542 "
+                           "(bracketed, 2 reps) (offered rows per simulated s, 60 s probes)")
+    assert row["value"] == pytest.approx(2828 / 1542)
     assert row["agrees"] is True
+
+
+def test_claim2b_is_inconclusive_when_the_ratio_range_straddles_one_and_differs_below_it():
+    results, _, _, _ = full_sweep()
+    close = claim_row(claims(results, searched({("LR1S", "lmstream"): 3000, ("LR1S", "fixed"): 3050})), "2b")
+    assert close["ours"].startswith("inconclusive: 0.92–1.09×: lmstream 2,828–3,084 (bracketed, 2 reps)")
+    assert close["agrees"] is None
+    assert close["where"] == "LR1S" and close["value"] == pytest.approx(2828 / 3084)
+    # adjacent brackets: lmstream failed at 3,084, where fixed passed twice, so the ratio is below 1
+    lower = claim_row(claims(results, searched({("LR1S", "lmstream"): 3000, ("LR1S", "fixed"): 3100})), "2b")
+    assert lower["ours"].startswith("0.84–1.00×: lmstream 2,828–3,084 (bracketed, 2 reps), fixed 3,084–3,363")
+    assert lower["agrees"] is False
+
+
+def test_claim2b_of_lower_bounds_alone_says_the_ratio_is_not_bounded():
+    results, _, capacity, _ = full_sweep()  # old rows: lmstream passed 1,000 and 2,000, fixed 1,000
+    row = claim_row(claims(results, capacity), "2b")
+    assert row["ours"] == ("no bound on the ratio: lmstream ≥ 2,000 (not converged: no rate failed yet, "
+                           "1 rep), fixed ≥ 1,000 (not converged: no rate failed yet, 1 rep) "
+                           "(offered rows per simulated s)")
+    assert row["agrees"] is None and math.isnan(row["value"])
 
 
 def test_claim3_is_the_lowest_within_bound_over_sliding_queries_only():
@@ -324,7 +362,7 @@ def test_cpu_table_ratios_to_asap_at_the_same_load():
     assert pd.isna(other["cheaper_than_asap"])
 
 
-def test_capacity_picks_the_highest_passing_rate_and_ignores_a_higher_failing_one():
+def test_capacity_brackets_old_rows_between_the_highest_pass_and_the_lowest_fail():
     capacity = pd.DataFrame(
         [
             {"query": "LR1S", "policy": "lmstream", "probe": 0, "rate": 1000.0, "passed": True},
@@ -337,15 +375,26 @@ def test_capacity_picks_the_highest_passing_rate_and_ignores_a_higher_failing_on
         ]
     )
     table = capacity_table(capacity).set_index("query")
-    assert table.loc["LR1S", "capacity_lmstream"] == 2500.0
+    # one run per rate (the old search) cannot bracket: never "bracketed", and the note says why
+    assert table.loc["LR1S", "capacity_lmstream"] == "2,500–4,000 (not converged, 1 rep)"
     assert table.loc["LR1S", "probes_lmstream"] == 3
-    assert table.loc["LR1S", "capacity_fixed"] == 1000.0
-    assert math.isnan(table.loc["LR1S", "capacity_asap"])
-    assert table.loc["LR1S", "probes_asap"] == 1
-    assert table.loc["LR1S", "lmstream/fixed"] == pytest.approx(2.5)
-    assert math.isnan(table.loc["LR1S", "lmstream/asap"])
-    assert table.loc["LR1T", "probes_fixed"] == 0
-    assert math.isnan(table.loc["LR1T", "lmstream/fixed"])
+    assert table.loc["LR1S", "capacity_fixed"] == "1,000–2,000 (not converged, 1 rep)"
+    assert table.loc["LR1S", "capacity_asap"] == "< 500 (none passed, 1 rep)"
+    assert table.loc["LR1S", "lmstream/fixed"] == "1.25–4.00×"  # 2,500/2,000 .. 4,000/1,000
+    assert table.loc["LR1S", "lmstream/asap"] == "≥ 5.00×"
+    assert table.loc["LR1S", "note"] == "1 run per rate: a bench from before repeated probes"
+    assert table.loc["LR1T", "capacity_lmstream"] == "≥ 800 (not converged: no rate failed yet, 1 rep)"
+    assert table.loc["LR1T", "capacity_fixed"] == "–" and table.loc["LR1T", "probes_fixed"] == 0
+    assert table.loc["LR1T", "lmstream/fixed"] == "–"
+
+
+def test_a_rate_with_one_failed_run_is_a_fail_even_when_another_run_passed():
+    capacity = pd.DataFrame({"query": ["Q"] * 5, "policy": ["lmstream"] * 5, "rep": [0, 0, 1, 0, 1],
+                             "rate": [1000.0, 1414.0, 1414.0, 1189.0, 1189.0],
+                             "passed": [True, True, False, True, True]})
+    row = capacity_brackets(capacity).iloc[0]
+    assert (row["lo"], row["hi"], row["reps"], row["status"]) == (1189.0, 1414.0, 2, "not-converged")
+    assert row["note"] == "status derived from the probes (no search recorded)"
 
 
 def test_capacity_without_a_passed_column_uses_the_95_percent_rule():
@@ -353,17 +402,56 @@ def test_capacity_without_a_passed_column_uses_the_95_percent_rule():
         {"query": ["Q"] * 3, "policy": ["lmstream"] * 3, "rate": [100.0, 200.0, 300.0],
          "within_bound": [1.0, 0.95, 0.94]}
     )
-    assert capacity_table(capacity).loc[0, "capacity_lmstream"] == 200.0
+    row = capacity_brackets(capacity).iloc[0]
+    assert (row["lo"], row["hi"]) == (200.0, 300.0)
+
+
+def test_capacity_reads_the_bracket_and_status_the_search_recorded():
+    capacity = searched({("Q", "lmstream"): 3000, ("Q", "fixed"): 1e9, ("Q", "asap"): 10})
+    table = capacity_table(capacity).iloc[0]
+    assert table["capacity_lmstream"] == "2,828–3,084 (bracketed, 2 reps)"
+    assert table["capacity_fixed"] == "≥ 64,000 (open: no rate up to the max failed, 2 reps)"
+    assert table["capacity_asap"] == "< 125 (none passed, 2 reps)"
+    assert (table["probes_lmstream"], table["probes_fixed"], table["probes_asap"]) == (8, 8, 5)
+    assert table["lmstream/fixed"] == "≤ 0.05×" and table["lmstream/asap"] == "≥ 22.62×"
+    assert table["note"] == ""
+    # a search the probe limit stopped says so, with its bracket so far
+    cut = searched({("Q", "lmstream"): 3000}).iloc[:5]
+    assert capacity_table(cut).iloc[0]["capacity_lmstream"] == "2,828–3,363 (not converged, 1 rep)"
+
+
+def test_the_stored_sweep_shows_no_lone_lower_bound():
+    from lmstream_kit.bench import load_bench
+
+    _, _, capacity, _ = load_bench(STORED)
+    table = capacity_table(capacity)
+    cells = [v for p in ("lmstream", "fixed", "asap") for v in table[f"capacity_{p}"]]
+    assert len(cells) == 18 and all(re.fullmatch(r"[^(]+ \((not converged|none passed)[^)]*, 1 rep\)", c)
+                                    for c in cells), cells
+    assert table.set_index("query").loc["LR2S", "capacity_fixed"] == "1,000–1,414 (not converged, 1 rep)"
+    assert set(table["note"]) == {"1 run per rate: a bench from before repeated probes"}
 
 
 def test_capacity_table_and_figure_when_the_search_was_skipped():
     for skipped in (None, pd.DataFrame()):
         assert capacity_table(skipped).empty
+        assert capacity_brackets(skipped).empty
         assert fig_capacity(skipped) is None
     _, _, capacity, _ = full_sweep()
     fig = fig_capacity(capacity)
     bars = {trace.name: list(trace.y) for trace in fig.data}
     assert bars == {"lmstream": [2000.0], "fixed": [1000.0], "asap": [500.0]}
+
+
+def test_capacity_figure_draws_the_bracket_as_bar_and_whisker():
+    capacity = searched({("Q", "lmstream"): 3000, ("Q", "fixed"): 10})
+    fig = fig_capacity(capacity)
+    traces = {trace.name: trace for trace in fig.data}
+    lm, fixed = traces["lmstream"], traces["fixed"]
+    assert list(lm.y) == [2828.0] and list(lm.error_y.array) == [3084.0 - 2828.0]
+    assert list(lm.text) == ["2,828–3,084"] and "bracketed, 2 reps" in lm.hovertext[0]
+    assert list(fixed.y) == [0.0] and list(fixed.error_y.array) == [125.0]  # below 125: none passed
+    assert list(fixed.text) == ["&lt; 125"]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -598,16 +686,3 @@ def test_claim2c_compares_sustained_throughput():
     assert not claims(no_sustained)["claim"].str.startswith("2c").any()
 
 
-def test_capacity_note_names_unbracketed_capacities():
-    cap = pd.DataFrame(
-        {
-            "query": ["Q"] * 5,
-            "policy": ["lmstream", "lmstream", "fixed", "asap", "asap"],
-            "rate": [1000.0, 2000.0, 250.0, 1000.0, 2000.0],
-            "passed": [True, True, False, True, False],
-        }
-    )
-    note = capacity_table(cap).iloc[0]["note"]
-    assert "lmstream ≥ 2,000" in note
-    assert "fixed < 250 (no probe passed)" in note
-    assert "asap" not in note  # bracketed: 1000 passed, 2000 failed

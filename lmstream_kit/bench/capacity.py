@@ -1,12 +1,14 @@
-"""The capacity search: :class:`CapacitySearch` (pure, which rate to probe next) and the
-probe loop that runs it for every (query, policy) of a sweep."""
+"""The capacity search: :class:`CapacitySearch` (pure, which rate to probe next and what the probes
+bracket), :func:`search_pairs` (the probe loop under a probe limit and a wall-clock budget) and
+``_capacity``, which runs it on real streams for every (query, policy) of a sweep."""
 
 from __future__ import annotations
 
 import math
 import shutil
+import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING, Callable, Optional, Sequence
 
 from ..exceptions import ConfigError
 from .cells import bound_s
@@ -17,112 +19,296 @@ if TYPE_CHECKING:
 
 #: share of batches that must meet the bound for a rate to count as sustained
 CAPACITY_SHARE = 0.95
+#: the bracket [highest pass, lowest fail] is done when ``hi / lo - 1`` is at most this
+CAPACITY_RESOLUTION = 0.1
+#: runs (seeds ``seed``, ``seed + 1``, ...) each bound of the final bracket needs: one lucky run proves little
+CAPACITY_REPS = 2
+#: what a search's result says (see :attr:`CapacitySearch.status`)
+STATUSES = ("bracketed", "open", "not-converged", "none-passed")
+#: the columns of a probe row (``capacity.parquet``); ``lo``, ``hi`` and ``status`` are the search's after it
+PROBE_COLUMNS = ["query", "policy", "probe", "rate", "rep", "seed", "duration_s", "within_bound", "passed",
+                 "batches", "caught_up", "lo", "hi", "status"]
 
 
 class CapacitySearch:
-    """Find the highest sustained rate by doubling, halving and geometric bisection.
+    """Bracket the highest sustained rate: doubling, halving, geometric bisection, then repetitions.
 
-    Pure logic: ask :meth:`next_rate`, run a probe at that rate, tell the outcome
-    with :meth:`record`; :attr:`capacity` is the highest rate that passed (None if
-    none did).  The search starts at ``start``; doubles while probes pass (up to
-    ``max_rate``); halves while they fail (down to ``start / 8``); then bisects
-    (geometric midpoint) between the highest pass and the lowest fail until they
-    are within ``resolution`` (relative) or ``max_probes`` probes ran.
+    Pure logic: ask :meth:`next_rate`, run a probe at that rate (repetition
+    :meth:`runs_at`, so seed ``seed + runs_at(rate)``) and tell the outcome with
+    :meth:`record`.  A rate *passed* when every run at it passed; one failed run
+    makes it a fail.  :attr:`lo` is the highest passed rate, :attr:`hi` the lowest
+    failed one.  The search starts at ``start``; doubles while probes pass (up to
+    ``max_rate``); halves while they fail (down to ``start / 8``); bisects
+    (geometric midpoint) until ``hi / lo - 1 <= resolution``; then runs each
+    bound again until it has ``reps`` runs.  A repeat at ``lo`` that fails makes
+    it the new ``hi`` and the bisection goes on below it.  No more than
+    ``max_probes`` runs (repetitions included) are made.
 
-    >>> s = CapacitySearch(1000, max_probes=10, max_rate=100000)
+    Parameters
+    ----------
+    start : float
+        First probed rate (rows per simulated second), at most ``max_rate``.
+    max_probes : int
+        Most runs, repetitions included.
+    max_rate : float
+        Highest rate probed; a search that passes it is ``open``.
+    factor : float
+        Step of the doubling and the halving.
+    resolution : float
+        Relative width ``hi / lo - 1`` at which the bracket is done.
+    reps : int
+        Runs each bound of the final bracket needs.
+
+    Examples
+    --------
+    The capacity is 3,000; each bound is run twice once the bracket is within 10%:
+
+    >>> s = CapacitySearch(1000, max_probes=12, max_rate=100000)
     >>> while (r := s.next_rate()) is not None:
     ...     s.record(r, r <= 3000)
-    >>> s.capacity, [p for p, _ in s.probes]
-    (2828, [1000, 2000, 4000, 2828, 3363, 3084])
+    >>> [rate for rate, _, _ in s.probes]
+    [1000, 2000, 4000, 2828, 3363, 3084, 2828, 3084]
+    >>> s.lo, s.hi, s.status, s.bound_reps
+    (2828, 3084, 'bracketed', 2)
+
+    A lucky run: 2,828 passes once and fails its repetition, so it is a fail, and the
+    bisection goes on below it:
+
+    >>> s = CapacitySearch(1000, max_probes=12, max_rate=100000)
+    >>> while (r := s.next_rate()) is not None:
+    ...     s.record(r, r <= 3000 and (r, s.runs_at(r)) != (2828, 1))
+    >>> s.probes[6:]
+    [(2828, 1, False), (2378, 0, True), (2593, 0, True), (2593, 1, True)]
+    >>> s.lo, s.hi, s.status, s.bound_reps
+    (2593, 2828, 'bracketed', 2)
     """
 
     def __init__(
         self,
         start: float,
         *,
-        max_probes: int = 6,
+        max_probes: int = 12,
         max_rate: float = 64000.0,
         factor: float = 2.0,
-        resolution: float = 0.1,
+        resolution: float = CAPACITY_RESOLUTION,
+        reps: int = CAPACITY_REPS,
     ) -> None:
         if not start > 0:
             raise ConfigError(f"capacity start rate must be > 0, got {start!r}")
-        self.start = float(start)
+        if not max_rate > 0:
+            raise ConfigError(f"capacity max rate must be > 0, got {max_rate!r}")
         self.max_probes = int(max_probes)
-        self.max_rate = float(max_rate)
+        self.max_rate = max(1, int(round(max_rate)))
+        self.start = min(max(1, int(round(start))), self.max_rate)
         self.factor = float(factor)
         self.resolution = float(resolution)
+        self.reps = int(reps)
         self.floor = self.start / 8.0
-        self.probes: list[tuple[int, bool]] = []
-        self.lo: Optional[int] = None  # highest rate that passed
-        self.hi: Optional[int] = None  # lowest rate that failed
+        #: every run so far, in order: (rate, repetition, passed)
+        self.probes: list[tuple[int, int, bool]] = []
+        self._runs: dict[int, list[bool]] = {}
+
+    @property
+    def lo(self) -> Optional[int]:
+        """The highest rate every run of which passed (None: none did)."""
+        passed = [r for r, runs in self._runs.items() if all(runs)]
+        return max(passed) if passed else None
+
+    @property
+    def hi(self) -> Optional[int]:
+        """The lowest rate a run of which failed (None: none did)."""
+        failed = [r for r, runs in self._runs.items() if not all(runs)]
+        return min(failed) if failed else None
 
     @property
     def capacity(self) -> Optional[int]:
+        """The highest rate that passed every run: :attr:`lo`."""
         return self.lo
 
+    @property
+    def bound_reps(self) -> int:
+        """The fewest runs at a bound of the bracket (:attr:`lo`, :attr:`hi`); 0 before any run."""
+        bounds = [b for b in (self.lo, self.hi) if b is not None]
+        return min(len(self._runs[b]) for b in bounds) if bounds else 0
+
+    @property
+    def status(self) -> str:
+        """``bracketed`` (within the resolution, each bound run ``reps`` times), ``open`` (no fail up
+        to ``max_rate``), ``none-passed`` (every rate down to ``start / 8`` failed) or ``not-converged``
+        (stopped before any of those: the probe limit or the caller's budget)."""
+        lo, hi = self.lo, self.hi
+        if not self.probes or self._plan() is not None:
+            return "not-converged"
+        if lo is None:
+            return "none-passed"
+        if hi is None:
+            return "open"
+        return "bracketed" if hi / lo - 1.0 <= self.resolution else "not-converged"
+
+    def runs_at(self, rate: float) -> int:
+        """How many runs ``rate`` had: the repetition index of its next run."""
+        return len(self._runs.get(int(round(rate)), ()))
+
     def next_rate(self) -> Optional[int]:
+        """The rate of the next run; None when done or after ``max_probes`` runs."""
         if len(self.probes) >= self.max_probes:
             return None
-        if self.lo is None and self.hi is None:
-            return int(round(self.start))
-        if self.hi is None:
-            if self.lo >= self.max_rate:
-                return None
-            return int(round(min(self.lo * self.factor, self.max_rate)))
-        if self.lo is None:
-            rate = self.hi / self.factor
-            return None if rate < self.floor else int(round(rate))
-        if self.hi / self.lo - 1.0 <= self.resolution:
-            return None
-        rate = int(round(math.sqrt(self.lo * self.hi)))
-        return None if rate in (self.lo, self.hi) else rate
+        return self._plan()
 
     def record(self, rate: float, passed: bool) -> None:
+        """Record one run at ``rate``: its repetition index is :meth:`runs_at` before the call."""
         rate = int(round(rate))
-        self.probes.append((rate, bool(passed)))
-        if passed:
-            self.lo = rate if self.lo is None else max(self.lo, rate)
-        else:
-            self.hi = rate if self.hi is None else min(self.hi, rate)
+        runs = self._runs.setdefault(rate, [])
+        self.probes.append((rate, len(runs), bool(passed)))
+        runs.append(bool(passed))
+
+    def _plan(self) -> Optional[int]:
+        """The next rate with no probe limit; None when the search is done."""
+        lo, hi = self.lo, self.hi
+        if lo is None and hi is None:
+            return self.start
+        if hi is None:
+            if lo < self.max_rate:
+                return int(round(min(lo * self.factor, self.max_rate)))
+            return self._unconfirmed(lo)
+        if lo is None:
+            rate = hi / self.factor
+            return int(round(rate)) if rate >= self.floor else self._unconfirmed(hi)
+        mid = int(round(math.sqrt(lo * hi)))
+        if hi / lo - 1.0 > self.resolution and mid not in (lo, hi):
+            return mid
+        # the repeat of lo first: a fail there moves the bracket, making hi's repeat moot
+        return self._unconfirmed(lo) or self._unconfirmed(hi)
+
+    def _unconfirmed(self, rate: int) -> Optional[int]:
+        return rate if len(self._runs[rate]) < self.reps else None
 
 
-def _capacity(cfg: BenchConfig, runner: _Runner, out: Path, notify: ProgressFn) -> list[dict]:
-    """Search each (query, policy)'s highest rate that meets the bound for 95% of batches."""
+Pair = tuple  # (query, policy)
+
+
+def search_pairs(
+    pairs: Sequence[Pair],
+    probe: Callable[[Pair, int, int], dict],
+    make_search: Callable[[], CapacitySearch],
+    *,
+    budget_s: Optional[float] = None,
+    clock: Callable[[], float] = time.monotonic,
+    notify: Optional[ProgressFn] = None,
+    on_row: Optional[Callable[[dict], None]] = None,
+) -> list[dict]:
+    """Run a :class:`CapacitySearch` for each pair; one row (:data:`PROBE_COLUMNS`) per run.
+
+    ``probe(pair, rate, rep)`` runs one probe and returns at least ``passed``
+    (bool) and the other measured columns.  With ``budget_s``, no probe starts
+    after ``budget_s`` seconds of ``clock``: each pair in turn gets an equal
+    share of the time left (so a slow pair cannot starve the others), and time
+    left over at the end goes to the pairs their share cut short, in order.  A
+    pair the budget stopped is ``not-converged`` with its bracket so far; one it
+    left without any probe gets a row with no rate.  ``notify`` gets the
+    bench's progress events; ``total`` is an upper bound of the runs, which
+    shrinks as pairs finish under their ``max_probes``.  ``on_row`` gets each
+    run's row as soon as it is complete (the bench's crash-safe log).
+
+    Examples
+    --------
+    >>> def probe(pair, rate, rep):
+    ...     return {"passed": rate <= {"a": 3000, "b": 1500}[pair[1]]}
+    >>> rows = search_pairs([("Q", "a"), ("Q", "b")], probe, lambda: CapacitySearch(1000, max_probes=12))
+    >>> [(r["policy"], r["probe"], r["rate"], r["rep"], r["lo"], r["hi"], r["status"]) for r in rows[-2:]]
+    [('b', 5, 1414.0, 1, 1414, 1542, 'not-converged'), ('b', 6, 1542.0, 1, 1414, 1542, 'bracketed')]
+    """
+    notify = notify or (lambda event: None)
+    searches = {pair: make_search() for pair in pairs}
+    most = {pair: s.max_probes for pair, s in searches.items()}  # each pair's runs at most
+    rows: dict = {pair: [] for pair in pairs}
+    state = {"done": 0}
+    started = clock()
+
+    def event(label: str) -> None:
+        notify({"phase": "capacity", "done": state["done"], "total": sum(most.values()), "label": label})
+
+    def run(pair: Pair, deadline: Optional[float]) -> None:
+        search = searches[pair]
+        while (rate := search.next_rate()) is not None and (deadline is None or clock() < deadline):
+            rep = search.runs_at(rate)
+            event(f"capacity {pair[0]} {pair[1]} @ {rate} rows/s, run {rep + 1}")
+            measured = probe(pair, rate, rep)
+            search.record(rate, measured["passed"])
+            row = {"query": pair[0], "policy": pair[1], "probe": len(search.probes) - 1, "rate": float(rate),
+                   "rep": rep, **measured, "passed": bool(measured["passed"])}
+            row.update(lo=search.lo, hi=search.hi, status=search.status)
+            rows[pair].append(row)
+            if on_row is not None:
+                on_row(row)
+            state["done"] += 1
+        if search.next_rate() is None:  # finished (or at its probe limit): its runs are all it gets
+            most[pair] = len(search.probes)
+        event(f"capacity {pair[0]} {pair[1]}: {_bracket_label(search)}")
+
+    for i, pair in enumerate(pairs):
+        deadline = None
+        if budget_s is not None:
+            now = clock()
+            deadline = now + max(0.0, started + budget_s - now) / (len(pairs) - i)
+        run(pair, deadline)
+    if budget_s is not None:
+        for pair in pairs:
+            if searches[pair].next_rate() is not None:
+                run(pair, started + budget_s)
+    for pair in pairs:  # the budget is spent: no pair gets another run
+        most[pair] = len(searches[pair].probes)
+    finished = all(s.next_rate() is None for s in searches.values())
+    event("capacity: done" if finished else "capacity: budget spent")
+    out: list = []
+    for pair in pairs:
+        out += rows[pair] or [{"query": pair[0], "policy": pair[1], "probe": 0, "rate": math.nan, "rep": 0,
+                               "passed": False, "lo": None, "hi": None, "status": "not-converged"}]
+    return out
+
+
+def _bracket_label(search: CapacitySearch) -> str:
+    lo, hi = search.lo, search.hi
+    span = {(True, True): f"{lo}-{hi}", (True, False): f">= {lo}", (False, True): f"< {hi}"}.get(
+        (lo is not None, hi is not None), "no probe")
+    return f"{span} rows/s ({search.status}, {len(search.probes)} runs)"
+
+
+def _capacity(cfg: BenchConfig, runner: _Runner, out: Path, notify: ProgressFn,
+              clock: Callable[[], float] = time.monotonic) -> list[dict]:
+    """Bracket each (query, policy)'s highest rate that meets the bound for 95% of batches."""
     from ..metrics import JsonlWriter
 
-    pairs = [(q, p) for q in cfg.queries for p in cfg.policies]
-    total = len(pairs) * cfg.capacity_probes
-    done = 0
-    probes: list[dict] = []
     log = JsonlWriter(out / "capacity.jsonl")
-    for query, policy in pairs:
-        workload = cfg.workload(query)
-        bound = bound_s(workload, cfg.speedup)
+
+    def probe(pair: Pair, rate: int, rep: int) -> dict:
+        query, policy = pair
+        bound = bound_s(cfg.workload(query), cfg.speedup)
         # after the feed ends, a policy gets one trigger interval (fixed) plus two
         # bounds to catch up; a stream that cannot is overloaded
         catch_up = 2 * bound + (cfg.trigger_s / cfg.speedup if policy == "fixed" else 0.0) + 2.0
-        search = CapacitySearch(cfg.capacity_start or cfg.rate, max_probes=cfg.capacity_probes,
-                                max_rate=cfg.capacity_max_rate)
-        while (rate := search.next_rate()) is not None:
-            label = f"capacity {query} {policy} @ {rate} rows/s"
-            notify({"phase": "capacity", "done": done, "total": total, "label": label})
-            run_dir = out / "runs" / f"capacity-{query}-{policy}-{rate}"
-            metrics, _, caught_up = runner.run(query, policy, "constant", rate=rate, seed=cfg.seed,
-                                               duration_s=cfg.capacity_duration_s, run_dir=run_dir,
-                                               catch_up_s=catch_up)
-            data = metrics[metrics["rows"] > 0] if len(metrics) else metrics
-            share = float((data["max_latency_s"] <= bound).mean()) if len(data) else 0.0
-            passed = caught_up and share >= CAPACITY_SHARE
-            search.record(rate, passed)
-            probe = {"query": query, "policy": policy, "probe": len(search.probes) - 1, "rate": float(rate),
-                     "within_bound": share, "passed": passed, "batches": int(len(data)),
-                     "caught_up": caught_up}
-            probes.append(probe)
-            log.append(probe)
-            shutil.rmtree(run_dir / "spool", ignore_errors=True)  # probes keep metrics, not input
-            done += 1
-        done = (pairs.index((query, policy)) + 1) * cfg.capacity_probes
-        notify({"phase": "capacity", "done": done, "total": total, "label": f"capacity {query} {policy}"})
-    log.close()
-    return probes
+        run_dir = out / "runs" / f"capacity-{query}-{policy}-{rate}-r{rep}"
+        metrics, _, caught_up = runner.run(query, policy, "constant", rate=rate, seed=cfg.seed + rep,
+                                           duration_s=cfg.capacity_duration_s, run_dir=run_dir,
+                                           catch_up_s=catch_up)
+        data = metrics[metrics["rows"] > 0] if len(metrics) else metrics
+        share = float((data["max_latency_s"] <= bound).mean()) if len(data) else 0.0
+        shutil.rmtree(run_dir / "spool", ignore_errors=True)  # probes keep metrics, not input
+        measured = {"seed": cfg.seed + rep, "duration_s": float(cfg.capacity_duration_s),
+                    "within_bound": share, "passed": bool(caught_up and share >= CAPACITY_SHARE),
+                    "batches": int(len(data)), "caught_up": bool(caught_up)}
+        return measured
+
+    def make_search() -> CapacitySearch:
+        return CapacitySearch(cfg.capacity_start or cfg.rate, max_probes=cfg.capacity_probes,
+                              max_rate=cfg.capacity_max_rate)
+
+    try:
+        rows = search_pairs([(q, p) for q in cfg.queries for p in cfg.policies], probe, make_search,
+                            budget_s=cfg.capacity_budget_s, clock=clock, notify=notify, on_row=log.append)
+    finally:
+        log.close()
+    unprobed = {"seed": cfg.seed, "duration_s": float(cfg.capacity_duration_s), "within_bound": math.nan,
+                "batches": 0, "caught_up": False}
+    return [{**unprobed, **row, **{k: math.nan if row[k] is None else float(row[k]) for k in ("lo", "hi")}}
+            for row in rows]

@@ -50,9 +50,15 @@ class BenchConfig:
     capacity_start : float, optional
         First probed rate (default: ``rate``).
     capacity_probes : int
-        Most probes per (query, policy).
+        Most probe runs per (query, policy), repetitions included (see
+        :class:`~lmstream_kit.bench.capacity.CapacitySearch`: it bisects until the
+        bracket [highest pass, lowest fail] is within 10% and runs each bound twice).
     capacity_max_rate : float
         Highest rate the search tries.
+    capacity_budget_s : float, optional
+        Wall seconds for the whole capacity search (None: no limit); after it no
+        probe starts, and each unfinished (query, policy) is reported as
+        ``not-converged`` with its bracket so far.
     device_mode : str
         Device mode of every stream (see :mod:`lmstream_kit.devices`; default ``advisory``).
     optimizer : bool, optional
@@ -85,8 +91,9 @@ class BenchConfig:
     capacity: bool = False
     capacity_duration_s: float = 60.0
     capacity_start: Optional[float] = None
-    capacity_probes: int = 6
+    capacity_probes: int = 12
     capacity_max_rate: float = 64000.0
+    capacity_budget_s: Optional[float] = None
     results_format: str = "parquet"
     spark_conf: dict = field(default_factory=dict)
     device_mode: str = "advisory"
@@ -133,6 +140,10 @@ class BenchConfig:
             raise ConfigError(f"results format must be 'parquet' or 'csv', got {self.results_format!r}")
         if self.capacity_start is not None and not self.capacity_start > 0:
             raise ConfigError(f"capacity start rate must be > 0, got {self.capacity_start!r}")
+        budget = self.capacity_budget_s
+        if budget is not None and not (isinstance(budget, (int, float)) and math.isfinite(budget)
+                                       and budget > 0):
+            raise ConfigError(f"capacity budget must be > 0 seconds, got {budget!r}")
 
     def topic_uri(self, run: str, stamp: str) -> Optional[str]:
         """The Kafka topic of the run named ``run`` in the bench started at ``stamp`` (None: the spool).

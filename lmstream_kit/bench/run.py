@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from ..exceptions import ConfigError
-from .capacity import _capacity
+from .capacity import PROBE_COLUMNS, _capacity
 from .cells import batch_rows, cell_row
 from .config import BenchConfig, ProgressFn, _config_dict
 from .outputs import _kit_version, machine_info, write_outputs, write_reports
@@ -195,8 +195,7 @@ def run_bench(
 
         results = pd.DataFrame(rows)
         batches = pd.DataFrame(batch_records)
-        capacity = pd.DataFrame(probes, columns=["query", "policy", "probe", "rate", "within_bound",
-                                                 "passed", "batches", "caught_up"])
+        capacity = pd.DataFrame(probes, columns=PROBE_COLUMNS)
         meta["finished_at"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
         write_outputs(out, results, batches, capacity, meta, cfg.results_format)
         write_reports(out, results, batches, capacity, meta, reproduction=reproduction, notes=notes)

@@ -23,7 +23,7 @@ from .frames import (
     _ordered,
     _policies,
     _traffics,
-    capacity_table,
+    capacity_brackets,
 )
 
 __all__ = [
@@ -344,37 +344,42 @@ def pick_timeline_queries(results: pd.DataFrame) -> dict:
 
 
 def fig_capacity(capacity: pd.DataFrame | None) -> go.Figure | None:
-    """Bars of the capacity (highest passing rate) per query and policy.
+    """Bars of each query's and policy's capacity bracket (:func:`.frames.capacity_brackets`).
 
-    A policy that was probed but never passed shows an empty bar labelled
-    "none passed".  ``None`` when the capacity search was skipped.
+    A bar reaches the highest rate that passed every run (``lo``); its whisker
+    reaches the lowest rate that failed (``hi``), so the capacity lies between
+    the bar's top and the whisker's end.  No whisker: no rate failed; an empty
+    bar: none passed.  Each bar is labelled with its bracket and the hover
+    text gives the status, runs and repetitions.  ``None`` when the capacity
+    search was skipped.
     """
 
-    table = capacity_table(capacity)
-    if table.empty:
+    brackets = capacity_brackets(capacity)
+    if brackets.empty:
         return None
-    queries = table["query"].tolist()
+    queries = _ordered(brackets["query"])
     fig = go.Figure()
     for policy in _capacity_policies(capacity):
-        probes = table[f"probes_{policy}"]
-        if not (probes > 0).any():
+        by = {r["query"]: r for r in brackets[brackets["policy"] == policy].to_dict("records")}
+        if not any(by[q]["probes"] > 0 for q in by):
             continue
-        values = table[f"capacity_{policy}"]
-        texts = [
-            "" if n == 0 else (f"{v:,.0f}" if _finite(v) else "none passed") for v, n in zip(values, probes)
-        ]
+        rows = [by.get(q) for q in queries]
+        lo = [r["lo"] if r is not None and _finite(r["lo"]) else 0.0 for r in rows]
+        whisker = [r["hi"] - low if r is not None and _finite(r["hi"]) else 0.0 for r, low in zip(rows, lo)]
         fig.add_trace(
             go.Bar(
                 x=[_label(q) for q in queries],
-                y=values.fillna(0.0).tolist(),
-                text=texts,
+                y=lo,
+                error_y={"type": "data", "symmetric": False, "array": whisker, "arrayminus": [0.0] * len(lo)},
+                text=["" if r is None else _label(r["text"].split(" (")[0]) for r in rows],
+                hovertext=["" if r is None else _label(r["text"]) + f", {r['probes']} runs" for r in rows],
                 textposition="outside",
                 name=_label(policy),
                 marker_color=POLICY_COLORS.get(policy),
             )
         )
     fig.update_layout(
-        title="Capacity: highest offered rate meeting the bound",
+        title="Capacity: highest offered rate meeting the bound (bar: passed, whisker: failed)",
         barmode="group",
         height=420,
         yaxis_title="rows per simulated s",

@@ -83,41 +83,40 @@ def _capacity_policies(capacity: pd.DataFrame | None) -> list:
     return list(POLICY_ORDER) + [p for p in present if p not in POLICY_ORDER]
 
 
-def capacity_table(capacity: pd.DataFrame | None) -> pd.DataFrame:
-    """The capacity search summarised: one row per query (wide layout).
+def capacity_brackets(capacity: pd.DataFrame | None) -> pd.DataFrame:
+    """Each (query, policy)'s capacity search result: its bracket, status and how it was measured.
 
-    A probe passed when its ``passed`` flag is true (or, without that column, when
-    ``within_bound`` >= 0.95).  A policy's capacity is the highest *passing* rate
-    (a higher rate that failed is ignored: the search brackets from both sides).
+    ``capacity`` has one row per probe run (``capacity.parquet``).  A rate passed
+    when every run at it passed (``passed``; without that column, ``within_bound``
+    >= 0.95).  Rows of a bench that records the search (``status``, ``lo``, ``hi``
+    columns) are read as it left them, after its last run.  Older rows are
+    derived: ``hi`` is the lowest failed rate, ``lo`` the highest passed rate
+    below it, and the status ``none-passed`` when no rate passed, else
+    ``not-converged`` (their search ran each rate once, which cannot bracket).
 
     Returns
     -------
     DataFrame
-        One row per query with, for each of lmstream, fixed, asap (always) and any
-        other probed policy, ``capacity_<policy>`` (rows per simulated second; NaN
-        when no probe passed or the policy was not probed) and ``probes_<policy>``
-        (number of probes), followed by the ratios ``lmstream/fixed`` and
-        ``lmstream/asap`` of capacities (NaN when either side is missing), and
-        ``note``, which names the capacities the search did not bracket (a lower
-        bound when no probe above the highest passing rate failed, within the
-        probe budget; "no probe passed" when even the lowest failed).  Empty
-        when the search was skipped.
+        One row per (query, policy), queries as met, policies in
+        :data:`POLICY_ORDER`: ``query``, ``policy``, ``lo`` (highest rate
+        passed, rows per simulated second; NaN: none), ``hi`` (lowest rate
+        failed; NaN: none), ``status`` (``bracketed``, ``open``,
+        ``not-converged`` or ``none-passed``), ``probes`` (runs), ``reps`` (the
+        fewest runs at a bound), ``duration_s`` (simulated seconds of a probe;
+        NaN when not recorded), ``text`` (the bracket in words) and ``note``.
+        Empty when the search was skipped.
 
     Examples
     --------
-    >>> cap = pd.DataFrame({"query": ["Q"] * 3, "policy": ["lmstream", "lmstream", "fixed"],
-    ...                     "rate": [100.0, 200.0, 50.0], "passed": [True, False, True]})
-    >>> row = capacity_table(cap).iloc[0]
-    >>> float(row["capacity_lmstream"]), int(row["probes_lmstream"]), float(row["lmstream/fixed"])
-    (100.0, 2, 2.0)
+    >>> cap = pd.DataFrame({"query": ["Q"] * 3, "policy": ["lmstream"] * 3,
+    ...                     "rate": [1000.0, 2000.0, 1414.0], "passed": [True, False, True]})
+    >>> row = capacity_brackets(cap).iloc[0]
+    >>> float(row["lo"]), float(row["hi"]), row["status"], int(row["probes"]), row["text"]
+    (1414.0, 2000.0, 'not-converged', 3, '1,414–2,000 (not converged, 1 rep)')
     """
-    policies = _capacity_policies(capacity)
-    columns = (
-        ["query"] + [f"capacity_{p}" for p in policies] + [f"probes_{p}" for p in policies]
-        + ["lmstream/fixed", "lmstream/asap"]
-    )
+    columns = ["query", "policy", "lo", "hi", "status", "probes", "reps", "duration_s", "text", "note"]
     if _empty(capacity) or not {"query", "policy", "rate"} <= set(capacity.columns):
-        return pd.DataFrame(columns=columns + ["note"])
+        return pd.DataFrame(columns=columns)
     frame = capacity.copy()
     if "passed" in frame.columns:
         passed = frame["passed"].map(lambda v: bool(v) if isinstance(v, (bool, np.bool_)) else v is True)
@@ -125,31 +124,132 @@ def capacity_table(capacity: pd.DataFrame | None) -> pd.DataFrame:
         passed = pd.to_numeric(frame.get("within_bound"), errors="coerce") >= PASS_SHARE
     frame["_passed"] = passed.astype(bool)
     frame["_rate"] = pd.to_numeric(frame["rate"], errors="coerce")
-    queries = _ordered(frame["query"])
-    table = pd.DataFrame({"query": queries})
+    recorded = "status" in frame.columns
+    rows = []
+    for query in _ordered(frame["query"]):
+        for policy in _ordered(frame.loc[frame["query"] == query, "policy"], POLICY_ORDER):
+            sub = frame[(frame["query"] == query) & (frame["policy"] == policy)]
+            runs = sub[sub["_rate"].map(_finite)]
+            verdict = runs.groupby("_rate")["_passed"].all()  # one failed run fails the rate
+            count = runs.groupby("_rate").size()
+            if recorded:  # the search's state after its last run
+                last = sub.sort_values("probe", kind="stable").iloc[-1] if "probe" in sub else sub.iloc[-1]
+                lo, hi, status = _num(last.get("lo")), _num(last.get("hi")), str(last["status"])
+            else:
+                failed = [rate for rate, ok in verdict.items() if not ok]
+                hi = min(failed) if failed else math.nan
+                below = [rate for rate, ok in verdict.items() if ok and not rate >= hi]
+                lo = max(below) if below else math.nan
+                status = "none-passed" if len(runs) and not verdict.any() else "not-converged"
+            bounds = [count.get(b, 0) for b in (lo, hi) if _finite(b)]
+            reps = int(min(bounds)) if bounds else 0
+            duration = _num(runs["duration_s"].iloc[0]) if "duration_s" in runs and len(runs) else math.nan
+            note = ""
+            if not recorded:
+                note = ("1 run per rate: a bench from before repeated probes" if count.le(1).all()
+                        else "status derived from the probes (no search recorded)")
+            rows.append({"query": query, "policy": policy, "lo": lo, "hi": hi, "status": status,
+                         "probes": int(len(runs)), "reps": reps, "duration_s": duration,
+                         "text": _bracket_text(lo, hi, status, reps, len(runs)), "note": note})
+    return pd.DataFrame(rows, columns=columns)
+
+
+def _bracket_text(lo: float, hi: float, status: str, reps: int, probes: int) -> str:
+    """A capacity bracket in words: both bounds when known, and why one is missing.
+
+    >>> _bracket_text(1414.0, 1500.0, "bracketed", 2, 9)
+    '1,414–1,500 (bracketed, 2 reps)'
+    >>> _bracket_text(64000.0, math.nan, "open", 2, 8)
+    '≥ 64,000 (open: no rate up to the max failed, 2 reps)'
+    """
+    n = f"{reps} rep{'' if reps == 1 else 's'}"
+    has_lo, has_hi = _finite(lo), _finite(hi)
+    if probes == 0:
+        return "no probe (the budget ran out first)"
+    if status == "open":
+        return f"≥ {lo:,.0f} (open: no rate up to the max failed, {n})"
+    if status == "none-passed":
+        return f"< {hi:,.0f} (none passed, {n})"
+    if has_lo and has_hi:
+        return f"{lo:,.0f}–{hi:,.0f} ({status.replace('-', ' ')}, {n})"
+    if has_lo:
+        return f"≥ {lo:,.0f} (not converged: no rate failed yet, {n})"
+    return f"< {hi:,.0f} (not converged: no rate passed yet, {n})"
+
+
+def _ratio_range(a: Any, b: Any) -> tuple[float, float]:
+    """The range of capacity ``a`` over capacity ``b`` their brackets allow: (low, high).
+
+    A capacity is at least its ``lo`` and below its ``hi``, so the ratio lies in
+    ``lo_a / hi_b .. hi_a / lo_b``; a missing bound makes that end 0 or infinity.
+
+    >>> _ratio_range({"lo": 2000.0, "hi": 2200.0}, {"lo": 1000.0, "hi": 1100.0})
+    (1.8181818181818181, 2.2)
+    >>> _ratio_range({"lo": 4000.0, "hi": math.nan}, {"lo": 1000.0, "hi": 1414.0})
+    (2.828854314002829, inf)
+    """
+    low = a["lo"] / b["hi"] if _finite(a["lo"]) and _finite(b["hi"]) else 0.0
+    high = a["hi"] / b["lo"] if _finite(a["hi"]) and _finite(b["lo"]) and b["lo"] > 0 else math.inf
+    return low, high
+
+
+def _ratio_text(low: float, high: float) -> str:
+    """A ratio range in words: ``1.82–2.20×``, ``≥ 2.83×``, ``≤ 0.50×`` or "–" (unknown)."""
+    if low > 0 and math.isfinite(high):
+        return f"{low:.2f}–{high:.2f}×"
+    if low > 0:
+        return f"≥ {low:.2f}×"
+    if math.isfinite(high):
+        return f"≤ {high:.2f}×"
+    return "–"
+
+
+def capacity_table(capacity: pd.DataFrame | None) -> pd.DataFrame:
+    """The capacity search summarised: one row per query (wide layout), brackets in words.
+
+    Returns
+    -------
+    DataFrame
+        One row per query with, for each of lmstream, fixed, asap (always) and any
+        other probed policy, ``capacity_<policy>`` (its bracket in rows per
+        simulated second with status and repetitions, e.g. "1,414–1,500
+        (bracketed, 2 reps)"; "–" when not probed) and ``probes_<policy>``
+        (runs), then the ranges of the ratios ``lmstream/fixed`` and
+        ``lmstream/asap`` the brackets allow (``lo_a / hi_b`` to ``hi_a / lo_b``;
+        "–" when unknown) and ``note``.  Empty when the search was skipped.
+        :func:`capacity_brackets` has the numbers.
+
+    Examples
+    --------
+    >>> cap = pd.DataFrame({"query": ["Q"] * 3, "policy": ["lmstream", "lmstream", "fixed"],
+    ...                     "rate": [100.0, 200.0, 50.0], "passed": [True, False, True]})
+    >>> row = capacity_table(cap).iloc[0]
+    >>> row["capacity_lmstream"], int(row["probes_lmstream"]), row["lmstream/fixed"]
+    ('100–200 (not converged, 1 rep)', 2, '≤ 4.00×')
+    """
+    policies = _capacity_policies(capacity)
+    columns = (
+        ["query"] + [f"capacity_{p}" for p in policies] + [f"probes_{p}" for p in policies]
+        + ["lmstream/fixed", "lmstream/asap"]
+    )
+    brackets = capacity_brackets(capacity)
+    if brackets.empty:
+        return pd.DataFrame(columns=columns + ["note"])
+    table = pd.DataFrame({"query": _ordered(brackets["query"])})
+    by = {(r["query"], r["policy"]): r for r in brackets.to_dict("records")}
     for policy in policies:
-        sub = frame[frame["policy"] == policy]
-        best = sub[sub["_passed"]].groupby("query", sort=False)["_rate"].max()
-        count = sub.groupby("query", sort=False).size()
-        table[f"capacity_{policy}"] = table["query"].map(best).astype(float)
-        table[f"probes_{policy}"] = table["query"].map(count).fillna(0).astype(int)
+        table[f"capacity_{policy}"] = [by[(q, policy)]["text"] if (q, policy) in by else "–"
+                                       for q in table["query"]]
+        table[f"probes_{policy}"] = [by[(q, policy)]["probes"] if (q, policy) in by else 0
+                                     for q in table["query"]]
     for other in ("fixed", "asap"):
-        denom = table[f"capacity_{other}"]
-        table[f"lmstream/{other}"] = table["capacity_lmstream"] / denom.where(denom > 0)
-    table["note"] = [_capacity_note(frame[frame["query"] == q], policies) for q in table["query"]]
+        table[f"lmstream/{other}"] = [
+            _ratio_text(*_ratio_range(by[(q, "lmstream")], by[(q, other)]))
+            if (q, "lmstream") in by and (q, other) in by else "–"
+            for q in table["query"]
+        ]
+    table["note"] = [
+        "; ".join(dict.fromkeys(n for n in brackets.loc[brackets["query"] == q, "note"] if n))
+        for q in table["query"]
+    ]
     return table[columns + ["note"]]
-
-
-def _capacity_note(probes: pd.DataFrame, policies: list) -> str:
-    """Which capacities the search did not bracket: a lower bound, or below every probe."""
-    notes = []
-    for policy in policies:
-        sub = probes[probes["policy"] == policy]
-        if sub.empty:
-            continue
-        passed = sub.loc[sub["_passed"], "_rate"]
-        if passed.empty:
-            notes.append(f"{policy} < {sub['_rate'].min():,.0f} (no probe passed)")
-        elif not (sub.loc[~sub["_passed"], "_rate"] > passed.max()).any():
-            notes.append(f"{policy} ≥ {passed.max():,.0f} (no probe above it failed)")
-    return "; ".join(notes)

@@ -10,7 +10,7 @@ The frames:
 ``batches``
     one row per data micro-batch of every cell;
 ``capacity``
-    one row per capacity-search probe (``None`` or empty when the search was skipped);
+    one row per capacity-search probe run (``None`` or empty when the search was skipped);
 ``meta``
     a dict describing the run (command, machine, versions, time compression, sweep).
 
@@ -21,7 +21,8 @@ The modules:
     latency), Fig. 7 (throughput), Figs. 8 and 9 (maximum latency and batch size
     over time for a sliding and a tumbling query) and the capacity bars;
 :mod:`~lmstream_kit.report.tables`
-    Table IV (time shares), CPU per million rows and the capacity search;
+    Table IV (time shares), CPU per million rows and the capacity search (each query's and
+    policy's bracket of rates, its status and repetitions);
 :mod:`~lmstream_kit.report.paper`
     the paper's headline numbers and :func:`claims`, its four headline claims beside ours;
 :mod:`~lmstream_kit.report.render`
@@ -75,10 +76,11 @@ from .paper import PAPER_THROUGHPUT_RATIO as PAPER_THROUGHPUT_RATIO
 from .paper import PAPER_TIMELINE_QUERIES as PAPER_TIMELINE_QUERIES
 from .paper import claims
 from .render import build_report, reproduction_markdown, write_report
-from .tables import capacity_table, cpu_table, time_shares
+from .tables import capacity_brackets, capacity_table, cpu_table, time_shares
 
 __all__ = [
     "build_report",
+    "capacity_brackets",
     "capacity_table",
     "claims",
     "cpu_table",

@@ -141,13 +141,8 @@ _CPU_FORMATS: dict = {
 
 
 def _capacity_formats(table: pd.DataFrame) -> dict:
-    formats: dict = {}
-    for col in table.columns:
-        if col.startswith(("capacity_", "probes_")):
-            formats[col] = _fmt_count
-        elif "/" in col:
-            formats[col] = _fmt_ratio
-    return formats
+    """Runs as counts; the brackets and ratio ranges are words already (:func:`capacity_table`)."""
+    return {col: _fmt_count for col in table.columns if col.startswith("probes_")}
 
 
 def _table4_display(shares: pd.DataFrame) -> pd.DataFrame:

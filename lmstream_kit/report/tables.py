@@ -1,4 +1,5 @@
-"""The bench report's tables: Table IV time shares, CPU per million rows and the capacity search.
+"""The bench report's tables: Table IV time shares, CPU per million rows and the capacity search
+(its brackets live in :mod:`lmstream_kit.plots.frames`, which the figures share).
 
 Each is a pure function of the benchmark's data frames and comes back empty when the data is missing.
 
@@ -12,7 +13,13 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ..plots.frames import _capacity_note, _capacity_policies, capacity_table  # noqa: F401
+from ..plots.frames import (  # noqa: F401  (the capacity search's summaries, shared with the figures)
+    _capacity_policies,
+    _ratio_range,
+    _ratio_text,
+    capacity_brackets,
+    capacity_table,
+)
 from .common import (
     OVERHEAD_COMPONENTS,
     TIME_COMPONENTS,

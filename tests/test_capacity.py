@@ -1,0 +1,252 @@
+"""The capacity search: its exact probes on seeded pass/fail functions, its statuses, the wall-clock
+budget on an injected clock, the probe rows it writes, and its CLI option.  No Spark."""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from lmstream_kit.bench import BenchConfig, CapacitySearch
+from lmstream_kit.bench.capacity import PROBE_COLUMNS, STATUSES, _capacity, search_pairs
+from lmstream_kit.exceptions import ConfigError
+from lmstream_kit.report import capacity_table
+from lmstream_kit.report.tables import capacity_brackets
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def search(passes, start=1000, **kw) -> CapacitySearch:
+    """A search run to its end; ``passes(rate, rep)`` is one probe run's outcome."""
+    s = CapacitySearch(start, **kw)
+    while (rate := s.next_rate()) is not None:
+        s.record(rate, passes(rate, s.runs_at(rate)))
+    return s
+
+
+# ---------------------------------------------------------------- the pure search
+def test_search_doubles_bisects_to_ten_percent_then_runs_each_bound_a_second_time():
+    s = search(lambda rate, rep: rate <= 5000, max_probes=20, max_rate=1e6)
+    assert s.probes == [(1000, 0, True), (2000, 0, True), (4000, 0, True), (8000, 0, False), (5657, 0, False),
+                        (4757, 0, True), (5188, 0, False), (4757, 1, True), (5188, 1, False)]
+    assert (s.lo, s.hi, s.status, s.bound_reps) == (4757, 5188, "bracketed", 2)
+    assert s.hi / s.lo - 1 <= 0.10 and s.capacity == s.lo
+
+
+def test_search_halves_while_the_start_fails_and_brackets_below_it():
+    s = search(lambda rate, rep: rate <= 300, max_probes=20, max_rate=1e6)
+    assert [(rate, rep) for rate, rep, _ in s.probes] == [(1000, 0), (500, 0), (250, 0), (354, 0), (297, 0),
+                                                          (324, 0), (297, 1), (324, 1)]
+    assert (s.lo, s.hi, s.status) == (297, 324, "bracketed")
+
+
+def test_a_noisy_rate_that_passed_once_and_failed_its_repetition_is_a_fail():
+    def noisy(rate, rep):  # capacity 3000 give or take 10%, drawn per run from its own seed
+        return rate <= 3000 * (1 + 0.1 * random.Random(f"8/{rate}/{rep}").gauss(0, 1))
+
+    s = search(noisy, max_probes=12, max_rate=1e5)
+    assert s.probes == [(1000, 0, True), (2000, 0, True), (4000, 0, False), (2828, 0, True),
+                        (3363, 0, True), (3668, 0, False), (3363, 1, False), (3084, 0, True),
+                        (3084, 1, False), (2828, 1, True)]
+    # 3363 and then 3084 passed their first run: their failed repetitions moved the bracket down
+    assert (s.lo, s.hi, s.status, s.bound_reps) == (2828, 3084, "bracketed", 2)
+    assert s.runs_at(3363) == 2 and s.runs_at(1000) == 1
+
+
+def test_a_failed_first_run_stays_a_fail_when_its_repetition_passes():
+    s = search(lambda rate, rep: rate <= 2600 or (rate == 2828 and rep == 1), max_probes=12, max_rate=1e5)
+    assert (2828, 0, False) in s.probes and (2828, 1, True) in s.probes
+    assert (s.lo, s.hi, s.status) == (2593, 2828, "bracketed")
+
+
+def test_no_failing_rate_up_to_the_max_is_open_after_the_max_ran_twice():
+    s = search(lambda rate, rep: True, max_probes=12, max_rate=3000)
+    assert s.probes == [(1000, 0, True), (2000, 0, True), (3000, 0, True), (3000, 1, True)]
+    assert (s.lo, s.hi, s.status) == (3000, None, "open")
+    # the max's repetition fails: no longer open, it bisects below it
+    flaky = search(lambda rate, rep: not (rate == 3000 and rep == 1), max_probes=12, max_rate=3000)
+    assert [rate for rate, _, _ in flaky.probes][:5] == [1000, 2000, 3000, 3000, 2449]
+    assert flaky.hi == 3000 and flaky.status == "bracketed"
+
+
+def test_every_rate_down_to_an_eighth_of_the_start_failing_is_none_passed():
+    s = search(lambda rate, rep: False, max_probes=12)
+    assert s.probes == [(1000, 0, False), (500, 0, False), (250, 0, False), (125, 0, False), (125, 1, False)]
+    assert (s.lo, s.hi, s.status, s.bound_reps) == (None, 125, "none-passed", 2)
+
+
+def test_the_probe_limit_leaves_the_search_not_converged_with_its_bracket():
+    s = search(lambda rate, rep: rate <= 3000, max_probes=5, max_rate=1e5)
+    assert [rate for rate, _, _ in s.probes] == [1000, 2000, 4000, 2828, 3363]
+    assert (s.lo, s.hi, s.status, s.bound_reps) == (2828, 3363, "not-converged", 1)
+    # within 10% but a bound ran once: not bracketed yet
+    one_short = search(lambda rate, rep: rate <= 3000, max_probes=7, max_rate=1e5)
+    assert (one_short.lo, one_short.hi, one_short.status) == (2828, 3084, "not-converged")
+    assert CapacitySearch(1000).status == "not-converged" and set(STATUSES) >= {s.status, one_short.status}
+
+
+def test_a_bad_start_rate_is_a_config_error_naming_it():
+    with pytest.raises(ConfigError, match="-5"):
+        CapacitySearch(-5)
+
+
+# ---------------------------------------------------------------- the loop, its budget and progress
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def probing(clock: FakeClock, capacities: dict, seconds: float = 10.0):
+    """A probe that takes ``seconds`` of the fake clock and passes up to its policy's capacity."""
+
+    def probe(pair, rate, rep):
+        clock.now += seconds
+        return {"passed": rate <= capacities[pair[1]]}
+
+    return probe
+
+
+def test_without_a_budget_every_pair_converges_and_the_progress_total_shrinks_to_the_runs():
+    events = []
+    rows = search_pairs([("Q", "a"), ("Q", "b")], probing(FakeClock(), {"a": 2999, "b": 1e9}),
+                        lambda: CapacitySearch(1000, max_probes=12, max_rate=3000), notify=events.append)
+    last = {(r["policy"]): r for r in rows}
+    assert (last["a"]["lo"], last["a"]["hi"], last["a"]["status"]) == (2852, 3000, "bracketed")
+    assert (last["b"]["lo"], last["b"]["hi"], last["b"]["status"]) == (3000, None, "open")
+    totals = [(e["done"], e["total"]) for e in events]
+    # an upper bound from the start (2 pairs x 12), cut to the runs a pair made when it finishes
+    assert totals[0] == (0, 24) and totals[-1] == (len(rows), len(rows)) == (12, 12)
+    assert all(later <= earlier for (_, earlier), (_, later) in zip(totals, totals[1:]))
+    assert all(done <= total for done, total in totals)
+    assert {e["phase"] for e in events} == {"capacity"}
+    assert events[0]["label"] == "capacity Q a @ 1000 rows/s, run 1"
+    assert (8, 20, "capacity Q a: 2852-3000 rows/s (bracketed, 8 runs)") in [
+        (e["done"], e["total"], e["label"]) for e in events]
+
+
+def test_the_budget_shares_the_time_and_leaves_each_cut_pair_not_converged_with_its_bracket():
+    clock = FakeClock()
+    events = []
+    three = {"a": 3000, "b": 3000, "c": 3000}
+    rows = search_pairs([("Q", "a"), ("Q", "b"), ("Q", "c")], probing(clock, three),
+                        lambda: CapacitySearch(1000, max_probes=12), budget_s=100, clock=clock,
+                        notify=events.append)
+    # 10 s a probe: a's share is 100/3 s (runs at 0..30), b's 60/2 (40..60), c's the rest (70..90)
+    assert [sum(r["policy"] == p for r in rows) for p in "abc"] == [4, 3, 3]
+    assert clock.now == 100  # no probe started at or after the budget
+    last = {r["policy"]: r for r in rows}
+    assert [(last[p]["lo"], last[p]["hi"], last[p]["status"]) for p in "abc"] == [
+        (2828, 4000, "not-converged"), (2000, 4000, "not-converged"), (2000, 4000, "not-converged")]
+    last_event = (events[-1]["done"], events[-1]["total"], events[-1]["label"])
+    assert last_event == (10, 10, "capacity: budget spent")
+
+
+def test_time_a_pair_leaves_unused_goes_to_the_pair_its_share_cut_short():
+    clock = FakeClock()
+    rows = search_pairs([("Q", "a"), ("Q", "b")], probing(clock, {"a": 3000, "b": 10}),
+                        lambda: CapacitySearch(1000, max_probes=12, max_rate=1e5), budget_s=130, clock=clock)
+    a = [r for r in rows if r["policy"] == "a"]
+    b = [r for r in rows if r["policy"] == "b"]
+    # a's share (65 s) stopped it after 7 runs; b needed 5 of its 65; a's 8th run came after b
+    assert [r["rate"] for r in a] == [1000, 2000, 4000, 2828, 3363, 3084, 2828, 3084]
+    assert (a[-1]["status"], a[-1]["lo"], a[-1]["hi"]) == ("bracketed", 2828, 3084)
+    assert (len(b), b[-1]["status"]) == (5, "none-passed")
+    assert clock.now == 130
+
+
+def test_a_pair_the_budget_left_without_a_probe_gets_a_row_without_a_rate():
+    clock = FakeClock()
+    both = {"lmstream": 3000, "fixed": 3000}
+    rows = search_pairs([("Q", "lmstream"), ("Q", "fixed")], probing(clock, both),
+                        lambda: CapacitySearch(1000), budget_s=5, clock=clock)
+    assert [(r["policy"], r["rate"], r["status"]) for r in rows][0] == ("lmstream", 1000.0, "not-converged")
+    unprobed = rows[1]
+    assert unprobed["policy"] == "fixed" and math.isnan(unprobed["rate"])
+    assert unprobed["status"] == "not-converged"
+    brackets = capacity_brackets(pd.DataFrame(rows)).set_index("policy")
+    assert brackets.loc["fixed", "probes"] == 0
+    assert brackets.loc["fixed", "text"] == "no probe (the budget ran out first)"
+    assert brackets.loc["lmstream", "text"] == "≥ 1,000 (not converged: no rate failed yet, 1 rep)"
+
+
+# ---------------------------------------------------------------- the bench's probes (a fake runner)
+class FakeRunner:
+    """Stands in for the bench's Spark runner: a probe passes up to ``capacity`` and takes 10 s."""
+
+    def __init__(self, clock: FakeClock, capacity: float) -> None:
+        self.clock, self.capacity, self.calls = clock, capacity, []
+
+    def run(self, query, policy, traffic, *, rate, seed, duration_s, run_dir, catch_up_s):
+        self.calls.append((policy, rate, seed, run_dir.name))
+        self.clock.now += 10.0
+        latency = 0.1 if rate <= self.capacity else 1e6
+        return pd.DataFrame({"rows": [rate, rate], "max_latency_s": [latency, latency]}), None, True
+
+
+def test_the_bench_probes_seed_each_repetition_and_write_rows_that_render_as_brackets(tmp_path):
+    cfg = BenchConfig(queries=["LR2S"], policies=["lmstream", "fixed"], capacity=True, seed=7,
+                      capacity_duration_s=30, capacity_budget_s=1000)
+    clock = FakeClock()
+    runner = FakeRunner(clock, 3000)
+    rows = _capacity(cfg, runner, tmp_path, lambda event: None, clock=clock)
+    lm = [call for call in runner.calls if call[0] == "lmstream"]
+    assert [(rate, seed) for _, rate, seed, _ in lm] == [(1000, 7), (2000, 7), (4000, 7), (2828, 7),
+                                                        (3363, 7), (3084, 7), (2828, 8), (3084, 8)]
+    assert len({name for *_, name in runner.calls}) == len(runner.calls)  # a run directory per run
+    assert lm[-1][3] == "capacity-LR2S-lmstream-3084-r1"
+    logged = [json.loads(line) for line in (tmp_path / "capacity.jsonl").read_text().splitlines()]
+    assert len(logged) == len(rows) == 16
+    assert (logged[7]["probe"], logged[7]["rate"], logged[7]["seed"], logged[7]["status"]) == (7, 3084.0, 8,
+                                                                                             "bracketed")
+    # through capacity.parquet as run_bench writes it, and back
+    pd.DataFrame(rows, columns=PROBE_COLUMNS).to_parquet(tmp_path / "capacity.parquet", index=False)
+    stored = pd.read_parquet(tmp_path / "capacity.parquet")
+    assert list(stored.columns) == PROBE_COLUMNS and stored["rep"].tolist()[6:8] == [1, 1]
+    table = capacity_table(stored).iloc[0]
+    assert table["capacity_lmstream"] == table["capacity_fixed"] == "2,828–3,084 (bracketed, 2 reps)"
+    assert table["probes_lmstream"] == 8 and table["lmstream/fixed"] == "0.92–1.09×"
+    assert table["note"] == ""
+
+
+# ---------------------------------------------------------------- configuration and CLI
+def test_bench_config_has_a_probe_limit_for_repeated_bounds_and_validates_the_budget():
+    cfg = BenchConfig(queries=["LR2S"])
+    assert cfg.capacity_probes == 12 and cfg.capacity_budget_s is None
+    assert BenchConfig(queries=["LR2S"], capacity_budget_s=90).capacity_budget_s == 90
+    for bad in (0, -5, math.nan, math.inf):
+        with pytest.raises(ConfigError, match=f"capacity budget must be > 0 seconds, got {bad!r}"):
+            BenchConfig(queries=["LR2S"], capacity_budget_s=bad)
+
+
+def kit(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "lmstream_kit", *args], capture_output=True, text=True,
+                          timeout=120, cwd=REPO)
+
+
+@pytest.mark.parametrize("value", ["0", "-30", "nan"])
+def test_a_bad_capacity_budget_is_a_one_line_user_error(tmp_path, value):
+    proc = kit("bench", "--queries", "LR2S", "--capacity", "--capacity-budget", value,
+               "--out", str(tmp_path / "b"))
+    assert proc.returncode == 2, (proc.returncode, proc.stdout, proc.stderr)
+    err = proc.stderr.strip()
+    assert "Traceback" not in proc.stderr and len(err.splitlines()) == 1, err
+    assert err.startswith("error: capacity budget must be > 0 seconds, got ") and value.lstrip("-") in err
+    assert not (tmp_path / "b").exists()  # refused before the bench started
+
+
+def test_bench_help_says_what_the_capacity_options_do():
+    help_text = " ".join(kit("bench", "--help").stdout.split())
+    assert "--capacity-budget SECONDS" in help_text
+    assert "no probe starts" in help_text and "not converged" in help_text
+    assert "--capacity-probes INTEGER" in help_text and "within 10%" in help_text
+    assert "[default: 12]" in help_text
+
