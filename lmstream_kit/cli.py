@@ -90,6 +90,8 @@ def _default_history():
 @click.option("--trigger", "trigger_s", default=None, type=float, help="Interval of the fixed policy, simulated s [default: 10].")
 @click.option("--slide", "slide_s", default=None, type=float, help="Override the window slide (the latency bound), simulated s, > 0.")
 @click.option("--tumbling", is_flag=True, help="Tumbling-window target: the running mean of past batches' max latency.")
+@click.option("--tumbling-target", default="window", show_default=True, type=click.Choice(["window", "paper"]), help="A tumbling window's target: batch up to the window's length and admit at once the data that closes a window (window), or LMStream's running mean of past batches' max latency (paper).")
+@click.option("--catch-up", "catch_up", default="chunks", show_default=True, type=click.Choice(["chunks", "all"]), help="A backlog that cannot meet the target in one batch (a restart, a burst): admit it in chunks the model predicts to fit the target, oldest first, or all at once (LMStream's rule).")
 @click.option("--duration", default=60.0, show_default=True, type=float, help="Simulated seconds of traffic (with --input: seconds to watch the directory).")
 @click.option("--speedup", default=1.0, show_default=True, type=float, help="Simulated seconds per wall second.")
 @click.option("--seed", default=0, show_default=True, type=int, help="Seed of the traffic and the data.")
@@ -114,7 +116,7 @@ def _default_history():
 @click.option("--state-store", default="default", show_default=True, help="default | rocksdb. State store of the query's stateful operators at its first start (the checkpoint keeps it); rocksdb lets Spark 4.2+ repartition the state live.")
 @click.option("--state-partitions", default=None, type=int, help="State-store partitions at the query's first start [default: the session's spark.sql.shuffle.partitions, 2].")
 @click.option("--restore-config", is_flag=True, help="Resuming --out: start with the policy, window slide, target, Flumina workers and source partitions the run's journal last committed (live reconfigurations), not the options given.")
-def run(workload, traffic, rate, spread, policy, trigger_s, slide_s, tumbling, duration, speedup, seed, out, input_dir, spool, feed, kafka, kafka_partitions, fail_on_data_loss, master, read_mode, output, device_mode, inflection_point, optimizer, confs, jars, tune, partitions, history, state_store, state_partitions, restore_config):
+def run(workload, traffic, rate, spread, policy, trigger_s, slide_s, tumbling, tumbling_target, catch_up, duration, speedup, seed, out, input_dir, spool, feed, kafka, kafka_partitions, fail_on_data_loss, master, read_mode, output, device_mode, inflection_point, optimizer, confs, jars, tune, partitions, history, state_store, state_partitions, restore_config):
     """Run a stream under an admission policy and record its metrics.
 
     Shows a live progress line (batches, rows, current maximum latency) and a
@@ -169,6 +171,7 @@ def run(workload, traffic, rate, spread, policy, trigger_s, slide_s, tumbling, d
         master=master,
         trigger_s=trigger_s,
         slide_s=slide_s,
+        controller={"catch_up": catch_up, **({"tumbling_target": "paper"} if tumbling_target == "paper" else {})},
         output=output,
         read=read_mode,
         spark_conf=_spark_conf(confs, jars),
@@ -430,7 +433,8 @@ def compare(run_dirs):
 @click.option("--capacity/--no-capacity", default=False, show_default=True, help="Also search each policy's highest sustained rate.")
 @click.option("--capacity-duration", default=60.0, show_default=True, type=float, help="Simulated seconds per capacity probe.")
 @click.option("--capacity-start", default=None, type=float, help="First probed rate [default: --rate].")
-@click.option("--capacity-probes", default=6, show_default=True, type=int, help="Most probes per query and policy.")
+@click.option("--capacity-probes", default=12, show_default=True, type=int, help="Most probe runs per query and policy, repetitions included: the search bisects until [highest pass, lowest fail] is within 10%, running each bound twice (seeds --seed and --seed + 1).")
+@click.option("--capacity-budget", default=None, type=float, metavar="SECONDS", help="Wall seconds for the whole capacity search; after them no probe starts and each unfinished query and policy is reported as not converged, with its bracket so far [default: no limit].")
 @click.option("--output", default="noop", show_default=True, type=click.Choice(["noop", "parquet"]), help="Sink of every cell.")
 @click.option("--master", default="local[2]", show_default=True, help="Spark master: local[N] or spark://host:port.")
 @click.option("--format", "results_format", default="parquet", show_default=True, type=click.Choice(["parquet", "csv"]), help="Format of results.")
@@ -443,7 +447,7 @@ def compare(run_dirs):
 @click.option("--feed", default=None, metavar="kafka://HOST:PORT/PREFIX", help="Send every run's traffic through a Kafka topic of its own (PREFIX-RUN-START, created) and stream from it; ?format=avro for Avro values [default: the spool].")
 @click.option("--kafka-partitions", default=2, show_default=True, type=int, help="Partitions of each topic of --feed.")
 @click.option("--out", "out", required=True, type=click.Path(path_type=Path), help="Bench directory.")
-def bench(queries, policies, traffic, duration, repeat, speedup, rate, spread, seed, trigger_s, warmup_s, capacity, capacity_duration, capacity_start, capacity_probes, output, master, results_format, reproduction, notes, device_mode, optimizer, confs, jars, feed, kafka_partitions, out):
+def bench(queries, policies, traffic, duration, repeat, speedup, rate, spread, seed, trigger_s, warmup_s, capacity, capacity_duration, capacity_start, capacity_probes, capacity_budget, output, master, results_format, reproduction, notes, device_mode, optimizer, confs, jars, feed, kafka_partitions, out):
     """Run queries x policies x traffic and write results.parquet and report.html.
 
     Every cell runs to the end of its traffic on one SparkSession; the same
@@ -457,7 +461,8 @@ def bench(queries, policies, traffic, duration, repeat, speedup, rate, spread, s
         queries=queries, policies=policies, traffic=traffic, duration_s=duration, repeat=repeat,
         speedup=speedup, rate=rate, spread=spread, seed=seed, trigger_s=trigger_s, warmup_s=warmup_s,
         capacity=capacity, capacity_duration_s=capacity_duration, capacity_start=capacity_start,
-        capacity_probes=capacity_probes, output=output, master=master, results_format=results_format,
+        capacity_probes=capacity_probes, capacity_budget_s=capacity_budget, output=output, master=master,
+        results_format=results_format,
         spark_conf=_spark_conf(confs, jars), device_mode=device_mode, optimizer=optimizer,
         feed=feed, kafka_partitions=kafka_partitions,
     )

@@ -1,0 +1,74 @@
+"""The window-aware tumbling target and the result latency plug-in, on seeded inputs (issue 15, item 2)."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace as NS
+
+from lmstream_kit.controller import AdmissionController, BatchObservation
+from lmstream_kit.results import WindowResults
+
+
+def ds(second, arrival=None, nbytes=100):
+    return NS(second=second, arrival=float(second if arrival is None else arrival), rows=10, nbytes=nbytes)
+
+
+def window_gate(**kw):
+    # CM1T at speedup 1: 60 s windows, 5 s lateness; batch up to 30 s inside a window
+    params = dict(slide_s=0, prior_processing_s=1.0, tumbling_target="window", window_target_s=30.0,
+                  close_period_s=60.0, lateness_s=5.0)
+    return AdmissionController(**{**params, **kw})
+
+
+def test_inside_a_window_the_target_is_the_windows_length_and_learning_does_not_shrink_it():
+    c = window_gate()
+    assert c.target_s == 30.0
+    c.observe(BatchObservation(rows=10, nbytes=100, processing_s=0.2, max_latency_s=0.5))
+    assert c.target_s == 30.0  # the paper's rule would now be 0.5
+    paper = window_gate(tumbling_target="paper")
+    paper.observe(BatchObservation(rows=10, nbytes=100, processing_s=0.2, max_latency_s=0.5))
+    assert paper.target_s == 0.5
+
+
+def test_data_that_closes_a_window_is_admitted_at_once_and_only_then():
+    # at speedup 10: second s arrives at s / 10 s; the target is 3 s, the prior 0.1 s
+    c = window_gate(window_target_s=3.0, prior_processing_s=0.1)
+
+    def fed(lo, hi):
+        return [ds(s, s / 10) for s in range(lo, hi)]
+
+    assert c.decide(1.05, fed(0, 11)).reason == "wait"  # age 1.05 + 0.1 + 0.01 < 3
+    assert c.decide(2.9, fed(0, 29)).reason == "admit"  # 2.9 + 0.11 >= 3: seconds 0..28 admitted
+    assert c.decide(5.0, fed(29, 50)).reason == "wait"
+    assert c.decide(5.8, fed(29, 58)).reason == "admit"  # 0..57 admitted
+    # seconds 58..64: the watermark would be 59, the window [0, 60) stays open
+    assert c.decide(6.45, fed(58, 65)).reason == "wait"
+    d = c.decide(6.55, fed(58, 66))  # second 65: the watermark reaches 60 and closes [0, 60)
+    assert (d.admit, d.reason, d.take) == (True, "window", None)
+    # [60, 120) closes only with second 125
+    assert c.decide(7.05, fed(66, 71)).reason == "wait"
+    assert c.decide(12.55, [ds(125, 12.5)]).reason == "window"
+
+
+def test_the_paper_rule_and_data_without_a_second_never_close_a_window():
+    assert window_gate(tumbling_target="paper", initial_target_s=30.0).decide(65.5, [ds(s, 64.0) for s in range(60, 66)]).reason == "wait"
+    unknown = [NS(arrival=64.0, rows=10, nbytes=100)]
+    assert window_gate().decide(65.5, unknown).reason == "wait"
+    # a query whose results do not wait for windows (a join): no close period, batches up to the target
+    assert window_gate(close_period_s=0.0).decide(65.5, [ds(s, 64.0) for s in range(60, 66)]).reason == "wait"
+
+
+def test_result_latency_counts_from_the_closing_datas_arrival_to_the_batch_after_it():
+    w = WindowResults(period_s=lambda: 10.0, lateness_s=2.0)  # a 10 s slide: a window ends every 10 s
+    batch = lambda *seconds: NS(datasets=[ds(s, 1000.0 + s) for s in seconds])  # noqa: E731
+    out = []
+    for seconds, done in (((0, 1, 2), 1003.0), ((11, 12, 13), 1013.5), ((), 1013.7), ((25, 33), 1034.0),
+                          ((34,), 1035.0)):
+        w.before_batch(batch(*seconds))
+        out.append(w.after_batch(NS(completed_at=done)))
+    assert out == [
+        {"windows_closed": 0},
+        {"windows_closed": 0},  # second 12 closed the window ending at 10: emitted by the next batch
+        {"windows_closed": 1, "result_latency_s": 1013.7 - 1012.0, "closed_window_end": 10.0},
+        {"windows_closed": 0},  # 25 closed the end at 20, 33 the end at 30
+        {"windows_closed": 2, "result_latency_s": 1035.0 - 1025.0, "closed_window_end": 30.0},
+    ]
