@@ -110,12 +110,15 @@ def main(argv=None) -> int:
     ap.add_argument("--warmup", type=float, default=20.0,
                     help="simulated seconds of a discarded run first (a cold JVM's batches are several times slower)")
     ap.add_argument("--timeout", type=float, default=300.0)
+    ap.add_argument("--driver-memory", default="4g",
+                    help="the local session's heap (spark.driver.memory); at Spark's 1g a 120k-row LR1S batch ran out")
     ap.add_argument("--out", type=Path, default=Path(__file__).parent / "results")
     args = ap.parse_args(argv)
 
     from lmstream_kit.engine.session import build_session
 
-    spark = build_session(master="local[2]", app_name="lmstream_kit-catch-up", conf={})
+    spark = build_session(master="local[2]", app_name="lmstream_kit-catch-up",
+                          conf={"spark.driver.memory": args.driver_memory})
     runs = []
     root = Path(tempfile.mkdtemp(prefix="catch-up-"))
     rules = [r.strip() for r in args.rules.split(",") if r.strip()]
@@ -144,6 +147,7 @@ def main(argv=None) -> int:
         spark.stop()
         shutil.rmtree(root, ignore_errors=True)
     path = write_run_results(args.out, "catch-up", {"workload": args.workload, "backlog_s": args.backlog,
+                                                    "driver_memory": args.driver_memory,
                                                     "rate": args.rate, "speedup": args.speedup,
                                                     "after_s": args.after, "reps": args.reps}, runs)
     for key in ("drain_s", "new_max_latency_s", "largest_batch_s"):

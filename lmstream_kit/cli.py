@@ -434,6 +434,8 @@ def compare(run_dirs):
 @click.option("--capacity-duration", default=60.0, show_default=True, type=float, help="Simulated seconds per capacity probe.")
 @click.option("--capacity-start", default=None, type=float, help="First probed rate [default: --rate].")
 @click.option("--capacity-probes", default=12, show_default=True, type=int, help="Most probe runs per query and policy, repetitions included: the search bisects until [highest pass, lowest fail] is within 10%, running each bound twice (seeds --seed and --seed + 1).")
+@click.option("--tumbling-target", default="window", show_default=True, type=click.Choice(["window", "paper"]), help="lmstream's target on tumbling queries: batch up to the window's length and admit at once what closes a window, or LMStream's running mean of past max latencies (paper).")
+@click.option("--catch-up", "catch_up", default="chunks", show_default=True, type=click.Choice(["chunks", "all"]), help="lmstream's rule for a backlog that cannot meet the target in one batch: chunks that fit it, or all at once (LMStream's).")
 @click.option("--capacity-budget", default=None, type=float, metavar="SECONDS", help="Wall seconds for the whole capacity search; after them no probe starts and each unfinished query and policy is reported as not converged, with its bracket so far [default: no limit].")
 @click.option("--output", default="noop", show_default=True, type=click.Choice(["noop", "parquet"]), help="Sink of every cell.")
 @click.option("--master", default="local[2]", show_default=True, help="Spark master: local[N] or spark://host:port.")
@@ -447,7 +449,7 @@ def compare(run_dirs):
 @click.option("--feed", default=None, metavar="kafka://HOST:PORT/PREFIX", help="Send every run's traffic through a Kafka topic of its own (PREFIX-RUN-START, created) and stream from it; ?format=avro for Avro values [default: the spool].")
 @click.option("--kafka-partitions", default=2, show_default=True, type=int, help="Partitions of each topic of --feed.")
 @click.option("--out", "out", required=True, type=click.Path(path_type=Path), help="Bench directory.")
-def bench(queries, policies, traffic, duration, repeat, speedup, rate, spread, seed, trigger_s, warmup_s, capacity, capacity_duration, capacity_start, capacity_probes, capacity_budget, output, master, results_format, reproduction, notes, device_mode, optimizer, confs, jars, feed, kafka_partitions, out):
+def bench(queries, policies, traffic, duration, repeat, speedup, rate, spread, seed, trigger_s, warmup_s, capacity, capacity_duration, capacity_start, capacity_probes, capacity_budget, tumbling_target, catch_up, output, master, results_format, reproduction, notes, device_mode, optimizer, confs, jars, feed, kafka_partitions, out):
     """Run queries x policies x traffic and write results.parquet and report.html.
 
     Every cell runs to the end of its traffic on one SparkSession; the same
@@ -461,7 +463,8 @@ def bench(queries, policies, traffic, duration, repeat, speedup, rate, spread, s
         queries=queries, policies=policies, traffic=traffic, duration_s=duration, repeat=repeat,
         speedup=speedup, rate=rate, spread=spread, seed=seed, trigger_s=trigger_s, warmup_s=warmup_s,
         capacity=capacity, capacity_duration_s=capacity_duration, capacity_start=capacity_start,
-        capacity_probes=capacity_probes, capacity_budget_s=capacity_budget, output=output, master=master,
+        capacity_probes=capacity_probes, capacity_budget_s=capacity_budget, tumbling_target=tumbling_target, catch_up=catch_up,
+        output=output, master=master,
         results_format=results_format,
         spark_conf=_spark_conf(confs, jars), device_mode=device_mode, optimizer=optimizer,
         feed=feed, kafka_partitions=kafka_partitions,

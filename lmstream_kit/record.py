@@ -337,7 +337,9 @@ def summarize(records: Iterable[Mapping[str, Any]], *, bound_s: float | None = N
     Returns batches, rows, mean/p50/p95/p99/max of the per-batch maximum latency,
     the row-weighted mean latency, throughput (rows over summed processing
     time), sustained throughput (rows over first arrival to last completion),
-    rows per batch and the summed time components.  ``within_bound`` is the
+    rows per batch and the summed time components; the mean and largest
+    ``result_latency_s`` of the batches that emitted windows (any batch: a
+    watermark's no-data batch emits too; NaN without).  ``within_bound`` is the
     share of batches whose maximum latency is within ``bound_s``, or within each
     record's own ``bound_s`` when no bound is given; it is absent when neither is known.
 
@@ -347,6 +349,7 @@ def summarize(records: Iterable[Mapping[str, Any]], *, bound_s: float | None = N
     >>> s["batches"], s["rows"], s["max_latency_mean_s"], s["latency_mean_s"], s["within_bound"]
     (2, 40, 2.0, 1.25, 0.5)
     """
+    records = list(records)
     data = [r for r in records if (_num(r.get("rows")) or 0) > 0 and _num(r.get("max_latency_s")) is not None]
     maxlat = [float(r["max_latency_s"]) for r in data]
     rows = sum(int(r["rows"]) for r in data)
@@ -381,6 +384,10 @@ def summarize(records: Iterable[Mapping[str, Any]], *, bound_s: float | None = N
         "processing_s": proc,
     }
     bounds = [bound_s if bound_s is not None else _num(r.get("bound_s")) for r in data]
+    # windows emitted (no-data batches included: a watermark's batch emits what the data before closed)
+    results = [float(r["result_latency_s"]) for r in records if _num(r.get("result_latency_s")) is not None]
+    out["result_latency_mean_s"] = sum(results) / len(results) if results else nan
+    out["result_latency_max_s"] = max(results) if results else nan
     if bound_s is not None or (data and None not in bounds):
         out["within_bound"] = (
             sum(1 for x, b in zip(maxlat, bounds) if x <= b) / len(maxlat) if maxlat else nan

@@ -12,6 +12,8 @@ MODULES = [
     "lmstream_kit.plots.frames",
     "lmstream_kit.units",
     "lmstream_kit.stats",
+    "lmstream_kit.service_model",
+    "lmstream_kit.results",
     "lmstream_kit.record",
     "lmstream_kit.protocol",
     "lmstream_kit.exceptions",

@@ -18,7 +18,7 @@ PURE = {
     "lmstream_kit.protocol", "lmstream_kit.rapids", "lmstream_kit.record", "lmstream_kit.registry",
     "lmstream_kit.sim", "lmstream_kit.stats", "lmstream_kit.optimizer", "lmstream_kit.optimizer.fit",
     "lmstream_kit.optimizer.runner", "lmstream_kit.runloop", "lmstream_kit.units", "lmstream_kit.stream_config",
-    "lmstream_kit.progress",
+    "lmstream_kit.progress", "lmstream_kit.service_model", "lmstream_kit.results",
     "lmstream_kit.flumina", "lmstream_kit.flumina.spec", "lmstream_kit.flumina.plan", "lmstream_kit.flumina.run",
     "lmstream_kit.flumina.streams", "lmstream_kit.flumina.examples", "lmstream_kit.flumina.speculate",
     "lmstream_kit.flumina.batches", "lmstream_kit.flumina.tables",

@@ -72,3 +72,39 @@ def test_result_latency_counts_from_the_closing_datas_arrival_to_the_batch_after
         {"windows_closed": 0},  # 25 closed the end at 20, 33 the end at 30
         {"windows_closed": 2, "result_latency_s": 1035.0 - 1025.0, "closed_window_end": 30.0},
     ]
+
+
+def test_a_cells_result_latency_counts_the_watermarks_no_data_batches_too():
+    import pandas as pd
+
+    from lmstream_kit.bench.cells import cell_row
+    from lmstream_kit.workloads import get_workload
+
+    metrics = pd.DataFrame([
+        {"batch_id": 0, "rows": 100, "max_latency_s": 2.0, "avg_latency_s": 1.0, "processing_s": 0.5,
+         "oldest_arrival": 10.0, "completed_at": 12.0, "windows_closed": 0},
+        {"batch_id": 1, "rows": 0, "max_latency_s": None, "avg_latency_s": None, "processing_s": 0.1,
+         "oldest_arrival": None, "completed_at": 12.2, "windows_closed": 1, "result_latency_s": 0.7},
+        {"batch_id": 2, "rows": 100, "max_latency_s": 2.0, "avg_latency_s": 1.0, "processing_s": 0.5,
+         "oldest_arrival": 20.0, "completed_at": 22.0, "windows_closed": 1, "result_latency_s": 1.3},
+    ])
+    row = cell_row(metrics, workload=get_workload("CM1T"), policy="lmstream", traffic="constant", rep=0, seed=0,
+                   rate=1000, speedup=2, duration_s=60)
+    assert (row["batches"], row["rows"]) == (2, 200)  # data batches only
+    assert (row["result_latency_s"], row["max_result_latency_s"]) == (1.0, 1.3)
+    none = cell_row(metrics.drop(columns=["result_latency_s"]), workload=get_workload("LR1T"), policy="asap",
+                    traffic="constant", rep=0, seed=0, rate=1000, speedup=2, duration_s=60)
+    assert none["result_latency_s"] != none["result_latency_s"]  # NaN: no window emitted
+
+
+def test_bench_options_of_the_controller_are_validated_in_one_line():
+    import pytest
+
+    from lmstream_kit.bench.config import BenchConfig
+    from lmstream_kit.exceptions import ConfigError
+
+    assert BenchConfig(queries=["CM1T"]).tumbling_target == "window"
+    with pytest.raises(ConfigError, match="tumbling target must be 'window' or 'paper', got 'mean'"):
+        BenchConfig(queries=["CM1T"], tumbling_target="mean")
+    with pytest.raises(ConfigError, match="catch-up must be 'chunks' or 'all', got 'some'"):
+        BenchConfig(queries=["CM1T"], catch_up="some")

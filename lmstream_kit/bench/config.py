@@ -65,6 +65,11 @@ class BenchConfig:
         Run the inflection-point optimizer (default: for the ``lmstream`` policy).
     spark_conf : dict
         Extra Spark confs of the bench's session (e.g. the RAPIDS plugin's).
+    tumbling_target : {"window", "paper"}
+        The lmstream controller's target on tumbling queries: batch up to the window's length and
+        admit at once what closes a window, or LMStream's running mean of past maximum latencies.
+    catch_up : {"chunks", "all"}
+        How the lmstream controller admits a backlog that cannot meet the target in one batch.
     feed : str, optional
         ``kafka://HOST:PORT/PREFIX[?format=json|avro]``: every run (warm-ups, cells and capacity
         probes) sends its generated traffic through a topic of its own, ``PREFIX-<run>-<bench
@@ -100,6 +105,8 @@ class BenchConfig:
     optimizer: Optional[bool] = None
     feed: Optional[str] = None
     kafka_partitions: int = 2
+    tumbling_target: str = "window"
+    catch_up: str = "chunks"
 
     def __post_init__(self) -> None:
         check_device_mode(self.device_mode)
@@ -138,6 +145,10 @@ class BenchConfig:
             raise ConfigError(f"output must be 'noop' or 'parquet', got {self.output!r}")
         if self.results_format not in ("parquet", "csv"):
             raise ConfigError(f"results format must be 'parquet' or 'csv', got {self.results_format!r}")
+        if self.tumbling_target not in ("window", "paper"):
+            raise ConfigError(f"tumbling target must be 'window' or 'paper', got {self.tumbling_target!r}")
+        if self.catch_up not in ("chunks", "all"):
+            raise ConfigError(f"catch-up must be 'chunks' or 'all', got {self.catch_up!r}")
         if self.capacity_start is not None and not self.capacity_start > 0:
             raise ConfigError(f"capacity start rate must be > 0, got {self.capacity_start!r}")
         budget = self.capacity_budget_s
