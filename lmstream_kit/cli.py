@@ -91,6 +91,7 @@ def _default_history():
 @click.option("--slide", "slide_s", default=None, type=float, help="Override the window slide (the latency bound), simulated s, > 0.")
 @click.option("--tumbling", is_flag=True, help="Tumbling-window target: the running mean of past batches' max latency.")
 @click.option("--tumbling-target", default="window", show_default=True, type=click.Choice(["window", "paper"]), help="A tumbling window's target: batch up to the window's length and admit at once the data that closes a window (window), or LMStream's running mean of past batches' max latency (paper).")
+@click.option("--service-model", default="bytes", show_default=True, type=click.Choice(["bytes", "features"]), help="What predicts a batch's processing time: its bytes, or also the windows it closes, the state's size and the time since state was last evicted (fitted in the background).")
 @click.option("--catch-up", "catch_up", default="chunks", show_default=True, type=click.Choice(["chunks", "all"]), help="A backlog that cannot meet the target in one batch (a restart, a burst): admit it in chunks the model predicts to fit the target, oldest first, or all at once (LMStream's rule).")
 @click.option("--duration", default=60.0, show_default=True, type=float, help="Simulated seconds of traffic (with --input: seconds to watch the directory).")
 @click.option("--speedup", default=1.0, show_default=True, type=float, help="Simulated seconds per wall second.")
@@ -116,7 +117,7 @@ def _default_history():
 @click.option("--state-store", default="default", show_default=True, help="default | rocksdb. State store of the query's stateful operators at its first start (the checkpoint keeps it); rocksdb lets Spark 4.2+ repartition the state live.")
 @click.option("--state-partitions", default=None, type=int, help="State-store partitions at the query's first start [default: the session's spark.sql.shuffle.partitions, 2].")
 @click.option("--restore-config", is_flag=True, help="Resuming --out: start with the policy, window slide, target, Flumina workers and source partitions the run's journal last committed (live reconfigurations), not the options given.")
-def run(workload, traffic, rate, spread, policy, trigger_s, slide_s, tumbling, tumbling_target, catch_up, duration, speedup, seed, out, input_dir, spool, feed, kafka, kafka_partitions, fail_on_data_loss, master, read_mode, output, device_mode, inflection_point, optimizer, confs, jars, tune, partitions, history, state_store, state_partitions, restore_config):
+def run(workload, traffic, rate, spread, policy, trigger_s, slide_s, tumbling, tumbling_target, service_model, catch_up, duration, speedup, seed, out, input_dir, spool, feed, kafka, kafka_partitions, fail_on_data_loss, master, read_mode, output, device_mode, inflection_point, optimizer, confs, jars, tune, partitions, history, state_store, state_partitions, restore_config):
     """Run a stream under an admission policy and record its metrics.
 
     Shows a live progress line (batches, rows, current maximum latency) and a
@@ -171,7 +172,8 @@ def run(workload, traffic, rate, spread, policy, trigger_s, slide_s, tumbling, t
         master=master,
         trigger_s=trigger_s,
         slide_s=slide_s,
-        controller={"catch_up": catch_up, **({"tumbling_target": "paper"} if tumbling_target == "paper" else {})},
+        controller={"catch_up": catch_up, "service_model": service_model,
+                    **({"tumbling_target": "paper"} if tumbling_target == "paper" else {})},
         output=output,
         read=read_mode,
         spark_conf=_spark_conf(confs, jars),
@@ -435,6 +437,7 @@ def compare(run_dirs):
 @click.option("--capacity-start", default=None, type=float, help="First probed rate [default: --rate].")
 @click.option("--capacity-probes", default=12, show_default=True, type=int, help="Most probe runs per query and policy, repetitions included: the search bisects until [highest pass, lowest fail] is within 10%, running each bound twice (seeds --seed and --seed + 1).")
 @click.option("--tumbling-target", default="window", show_default=True, type=click.Choice(["window", "paper"]), help="lmstream's target on tumbling queries: batch up to the window's length and admit at once what closes a window, or LMStream's running mean of past max latencies (paper).")
+@click.option("--service-model", default="bytes", show_default=True, type=click.Choice(["bytes", "features"]), help="lmstream's service-time model: bytes, or bytes, windows closed, state and evictions.")
 @click.option("--catch-up", "catch_up", default="chunks", show_default=True, type=click.Choice(["chunks", "all"]), help="lmstream's rule for a backlog that cannot meet the target in one batch: chunks that fit it, or all at once (LMStream's).")
 @click.option("--capacity-budget", default=None, type=float, metavar="SECONDS", help="Wall seconds for the whole capacity search; after them no probe starts and each unfinished query and policy is reported as not converged, with its bracket so far [default: no limit].")
 @click.option("--output", default="noop", show_default=True, type=click.Choice(["noop", "parquet"]), help="Sink of every cell.")
@@ -449,7 +452,7 @@ def compare(run_dirs):
 @click.option("--feed", default=None, metavar="kafka://HOST:PORT/PREFIX", help="Send every run's traffic through a Kafka topic of its own (PREFIX-RUN-START, created) and stream from it; ?format=avro for Avro values [default: the spool].")
 @click.option("--kafka-partitions", default=2, show_default=True, type=int, help="Partitions of each topic of --feed.")
 @click.option("--out", "out", required=True, type=click.Path(path_type=Path), help="Bench directory.")
-def bench(queries, policies, traffic, duration, repeat, speedup, rate, spread, seed, trigger_s, warmup_s, capacity, capacity_duration, capacity_start, capacity_probes, capacity_budget, tumbling_target, catch_up, output, master, results_format, reproduction, notes, device_mode, optimizer, confs, jars, feed, kafka_partitions, out):
+def bench(queries, policies, traffic, duration, repeat, speedup, rate, spread, seed, trigger_s, warmup_s, capacity, capacity_duration, capacity_start, capacity_probes, capacity_budget, tumbling_target, service_model, catch_up, output, master, results_format, reproduction, notes, device_mode, optimizer, confs, jars, feed, kafka_partitions, out):
     """Run queries x policies x traffic and write results.parquet and report.html.
 
     Every cell runs to the end of its traffic on one SparkSession; the same
@@ -464,7 +467,7 @@ def bench(queries, policies, traffic, duration, repeat, speedup, rate, spread, s
         speedup=speedup, rate=rate, spread=spread, seed=seed, trigger_s=trigger_s, warmup_s=warmup_s,
         capacity=capacity, capacity_duration_s=capacity_duration, capacity_start=capacity_start,
         capacity_probes=capacity_probes, capacity_budget_s=capacity_budget, tumbling_target=tumbling_target, catch_up=catch_up,
-        output=output, master=master,
+        service_model=service_model, output=output, master=master,
         results_format=results_format,
         spark_conf=_spark_conf(confs, jars), device_mode=device_mode, optimizer=optimizer,
         feed=feed, kafka_partitions=kafka_partitions,

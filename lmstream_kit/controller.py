@@ -92,13 +92,14 @@ class BatchObservation:
     Examples
     --------
     >>> BatchObservation(rows=10, nbytes=640, processing_s=0.5, max_latency_s=4.5)
-    BatchObservation(rows=10, nbytes=640, processing_s=0.5, max_latency_s=4.5)
+    BatchObservation(rows=10, nbytes=640, processing_s=0.5, max_latency_s=4.5, features=None)
     """
 
     rows: int
     nbytes: int
     processing_s: float
     max_latency_s: float
+    features: Mapping[str, float] | None = None  # what the feature model saw at admission
 
 
 @dataclass(frozen=True)
@@ -142,6 +143,7 @@ class Decision:
     estimate_s: float
     target_s: float
     take: int | None = None
+    features: Mapping[str, float] | None = None
 
 
 @dataclass(frozen=True)
@@ -230,6 +232,18 @@ class AdmissionController(BatchController):
     lateness_s : float, default 0.0
         The watermark's delay in event-time seconds: a window ending at ``e``
         closes once data of second ``e + lateness_s`` arrived.
+    service_model : {"bytes", "features"}, default "bytes"
+        What predicts a batch's processing time.  ``"bytes"``: least squares
+        on the batch's bytes (:class:`~lmstream_kit.stats.ServiceTimeModel`).
+        ``"features"``: :class:`~lmstream_kit.service_model.FeatureServiceModel`
+        also sees the windows the batch closes (``window_period_s``,
+        ``lateness_s``), the state size and removals from Spark's last progress
+        (:meth:`on_progress`) and the time since state was last evicted; it is
+        fitted in a background thread, and until its first fit the bytes model
+        predicts.  The margin is learned from the errors of whichever predicted.
+    window_period_s : float, default 0.0
+        Event-time seconds between window ends (a sliding window's slide, a
+        tumbling window's length; 0: no windows), for the feature model.
     catch_up : {"chunks", "all"}, default "chunks"
         What an admission takes once the backlog cannot meet the target in one
         batch (after a restart or a burst).  ``"all"``: everything pending, as
@@ -297,6 +311,9 @@ class AdmissionController(BatchController):
         Param("window_target_s", float, low=0, doc="the 'window' target, wall s (0 = initial_target_s)"),
         Param("close_period_s", float, low=0, doc="event-time s between window ends (0 = results do not wait)"),
         Param("lateness_s", float, low=0, doc="the watermark's delay, event-time s"),
+        Param("service_model", str, choices=("bytes", "features"),
+              doc="predict processing time from bytes, or from bytes, windows closed, state and evictions"),
+        Param("window_period_s", float, low=0, doc="event-time s between window ends (0 = no windows)"),
         Param("catch_up", str, choices=("chunks", "all"),
               doc="a backlog that cannot meet the target in one batch: in chunks that fit it, or all at once"),
     )
@@ -304,6 +321,7 @@ class AdmissionController(BatchController):
     FIELDS = {
         "catch_up_s": "s from the first catch-up chunk's admission to the completion of the batch that "
                       "drained the backlog (on that batch only)",
+        "service_features": "what the feature service-time model saw at the batch's admission",
     }
 
     def __init__(
@@ -321,6 +339,8 @@ class AdmissionController(BatchController):
         window_target_s: float = 0.0,
         close_period_s: float = 0.0,
         lateness_s: float = 0.0,
+        service_model: str = "bytes",
+        window_period_s: float = 0.0,
         catch_up: str = "chunks",
         warmup: int = 0,
     ) -> None:
@@ -344,6 +364,8 @@ class AdmissionController(BatchController):
             "window_target_s": window_target_s,
             "close_period_s": close_period_s,
             "lateness_s": lateness_s,
+            "service_model": service_model,
+            "window_period_s": window_period_s,
             "catch_up": catch_up,
         }
         self._p: dict[str, Any] = {k: self.param(k).validate(v) for k, v in values.items()}
@@ -355,6 +377,9 @@ class AdmissionController(BatchController):
         self._last_decision: Decision | None = None
         self._catch_up_since: float | None = None  # admission of a catch-up's first chunk
         self._admitted_second: float | None = None  # latest event second admitted (window closes)
+        self._features_model = None  # FeatureServiceModel, made when service_model="features" first predicts
+        self._state: dict[str, float] = {}  # state rows, bytes and removals from Spark's last progress
+        self._last_eviction: float | None = None  # when a progress last reported state rows removed
         self._changes: list[ParamChange] = []
         self._n_reported = 0  # how many of _changes pop_changes already returned
         self._sync_prior()
@@ -456,7 +481,8 @@ class AdmissionController(BatchController):
                 # between source and driver) must not make the age negative.
                 age = now - oldest
                 age = max(age, 0.0)
-                predicted = self._model.predict(nbytes)
+                features = self._features(now, pending, nbytes, oldest)
+                predicted = self._predict(nbytes, features)
                 poll = self._p["poll_interval_s"]
                 estimate = age + predicted + margin + poll
                 if age >= target - _TIE_EPS_S:
@@ -467,13 +493,68 @@ class AdmissionController(BatchController):
                     admit, reason = True, "window"
                 else:
                     admit, reason = False, "wait"
-                dec = Decision(admit, reason, n, rows, nbytes, age, predicted, margin, estimate, target)
+                dec = Decision(admit, reason, n, rows, nbytes, age, predicted, margin, estimate, target,
+                               features=features)
                 if admit and n > 1 and self._p["catch_up"] == "chunks":
                     dec = self._chunk(dec, pending, target - margin - poll, oldest) or dec
                 if admit:
                     self._note_admitted(pending if dec.take is None else pending[:dec.take])
             self._last_decision = dec
         return dec
+
+    def _feature_model(self):
+        if self._features_model is None:
+            from .service_model import FeatureServiceModel
+
+            self._features_model = FeatureServiceModel(history=max(self._history, 12))
+        return self._features_model
+
+    def _features(self, now: float, pending: Sequence, nbytes: int, oldest: float) -> dict | None:
+        """What the feature model knows of ``pending`` before admission (None under the bytes model)."""
+        if self._p["service_model"] != "features":
+            return None
+        from .service_model import windows_closed
+
+        out = {"bytes": float(nbytes), **self._state}
+        period = self._p["window_period_s"]
+        seconds = [s for d in pending if (s := getattr(d, "second", None)) is not None]
+        if period > 0 and seconds:
+            out["windows_closed"] = float(windows_closed(self._admitted_second, max(seconds), period,
+                                                         self._p["lateness_s"], first_s=min(seconds)))
+        if self._last_eviction is not None:
+            out["since_eviction_s"] = max(0.0, now - self._last_eviction)
+        return out
+
+    def _predict(self, nbytes: float, features: Mapping[str, float] | None) -> float:
+        """The feature model's prediction where it has a fit, else the bytes model's (lock held)."""
+        if features is not None:
+            predicted = self._feature_model().predict({**features, "bytes": float(nbytes)})
+            if predicted is not None:
+                return max(0.0, predicted)
+        return self._model.predict(nbytes)
+
+    def on_progress(self, progress: Mapping[str, Any]) -> None:
+        """Spark reported a batch's progress: keep its state size and note an eviction.
+
+        ``progress`` holds ``state_rows``, ``state_bytes`` and ``state_rows_removed`` (sums over
+        the query's stateful operators; see :func:`lmstream_kit.engine.listener.progress_record`).
+        """
+        state = {k: float(progress[k]) for k in ("state_rows", "state_bytes", "state_rows_removed")
+                 if isinstance(progress.get(k), (int, float)) and math.isfinite(progress[k]) and progress[k] >= 0}
+        with self._lock:
+            self._state = state
+            if state.get("state_rows_removed", 0.0) > 0:
+                self._last_eviction = time.time()
+
+    def before_batch(self, ctx) -> dict | None:
+        """Carry the features the batch was admitted with into its record (the feature model learns them)."""
+        decision = ctx.admission.get("decision") if ctx.admission else None
+        features = getattr(decision, "features", None)
+        return {"service_features": dict(features)} if features else None
+
+    def close(self) -> None:
+        if self._features_model is not None:
+            self._features_model.close()
 
     def _closes_window(self, pending: Sequence) -> bool:
         """Whether ``pending`` holds data that closes a window still open (``"window"`` target; lock held)."""
@@ -497,11 +578,11 @@ class AdmissionController(BatchController):
             if self._admitted_second is None or top > self._admitted_second:
                 self._admitted_second = float(top)
 
-    def _fits(self, pending: Sequence, budget: float) -> int:
+    def _fits(self, pending: Sequence, budget: float, features: Mapping[str, float] | None = None) -> int:
         """How many of the oldest ``pending`` datasets the model predicts to finish within ``budget``."""
         take, size = 0, 0
         for d in pending:
-            if self._model.predict(size + d.nbytes) > budget + _TIE_EPS_S:
+            if self._predict(size + d.nbytes, features) > budget + _TIE_EPS_S:
                 break
             size += d.nbytes
             take += 1
@@ -523,9 +604,9 @@ class AdmissionController(BatchController):
         else:
             if dec.predicted_s <= budget:
                 return None
-            take = self._fits(pending, budget)
+            take = self._fits(pending, budget, dec.features)
             if take == 0:  # the margin leaves no room: size the chunk by the target alone
-                take = self._fits(pending, dec.target_s - self._p["poll_interval_s"])
+                take = self._fits(pending, dec.target_s - self._p["poll_interval_s"], dec.features)
             if take == 0:
                 return None  # the oldest dataset alone overruns the target: smaller batches cannot help
         if take >= dec.n_datasets:
@@ -533,8 +614,10 @@ class AdmissionController(BatchController):
         chunk = pending[:take]
         rows = sum(d.rows for d in chunk)
         nbytes = sum(d.nbytes for d in chunk)
-        predicted = model.predict(nbytes)
+        features = self._features(oldest + dec.age_s, chunk, nbytes, oldest) if dec.features is not None else None
+        predicted = self._predict(nbytes, features)
         return dataclasses.replace(dec, reason="catch-up", rows=rows, nbytes=nbytes, predicted_s=predicted,
+                                   features=features,
                                    estimate_s=dec.age_s + predicted + dec.margin_s + self._p["poll_interval_s"],
                                    take=take)
 
@@ -573,8 +656,11 @@ class AdmissionController(BatchController):
                 self._warmup_left -= 1
                 self._n_warmup += 1
                 return
-            self._residuals.append(proc - self._model.predict(nbytes))
+            features = obs.features if self._p["service_model"] == "features" else None
+            self._residuals.append(proc - self._predict(nbytes, features))
             self._model.update(nbytes, proc)
+            if features:
+                self._feature_model().observe({**features, "bytes": float(nbytes)}, proc)
             self._lat_sum += lat
             self._n_observed += 1
             self._refresh_margin()
@@ -607,7 +693,7 @@ class AdmissionController(BatchController):
         >>> c.mutate({"history": 10})
         Traceback (most recent call last):
         ...
-        lmstream_kit.exceptions.ConfigError: cannot change 'history' on a live controller; mutable parameters: catch_up, close_period_s, initial_target_s, interval_margin, lateness_s, min_margin_s, poll_interval_s, prior_processing_s, quantile, slide_s, tumbling_target, window_target_s
+        lmstream_kit.exceptions.ConfigError: cannot change 'history' on a live controller; mutable parameters: catch_up, close_period_s, initial_target_s, interval_margin, lateness_s, min_margin_s, poll_interval_s, prior_processing_s, quantile, service_model, slide_s, tumbling_target, window_period_s, window_target_s
         """
         if not isinstance(changes, Mapping):
             raise ConfigError(f"mutate expects a mapping of parameter -> value, got {changes!r}")
@@ -640,8 +726,9 @@ class AdmissionController(BatchController):
         """Learn from a completed data batch (the run loop's hook); time a catch-up that it ends."""
         if record.rows <= 0:
             return None
-        self.observe(BatchObservation(rows=record.rows, nbytes=record.bytes,
-                                      processing_s=record.processing_s, max_latency_s=record.max_latency_s))
+        features = (getattr(record, "extra", None) or {}).get("service_features")
+        self.observe(BatchObservation(rows=record.rows, nbytes=record.bytes, processing_s=record.processing_s,
+                                      max_latency_s=record.max_latency_s, features=features))
         with self._lock:
             if record.decision_reason == "catch-up":
                 if self._catch_up_since is None:
@@ -688,6 +775,11 @@ class AdmissionController(BatchController):
     def model(self) -> ServiceTimeModel:
         """The service-time model (do not update it directly; use observe)."""
         return self._model
+
+    @property
+    def feature_model(self):
+        """The feature service-time model (None until ``service_model="features"`` first used it)."""
+        return self._features_model
 
     @property
     def n_warmup(self) -> int:
@@ -774,6 +866,8 @@ class AdmissionController(BatchController):
             out["n_observed"] = self._n_observed
             out["n_warmup"] = self._n_warmup
             out["n_changes"] = len(self._changes)
+            fm = self._features_model
+        out["feature_model"] = None if fm is None else fm.snapshot()
         return out
 
     def __repr__(self) -> str:

@@ -230,6 +230,11 @@ class LiveStream(StreamControls):
         for c in controllers:
             self.add_controller(c)
 
+    def _on_progress(self, progress: dict) -> None:
+        """Spark's progress of a batch: written as it comes, and given to the controllers."""
+        self._progress_writer.append(progress)
+        self.loop.on_progress(progress)
+
     def _make_optimizer(self, optimizer, mapper: DeviceMapper):
         if optimizer is None:
             optimizer = self.policy.uses_controller
@@ -360,7 +365,7 @@ class LiveStream(StreamControls):
             # after a crash: end the journal's open transactions with the configuration now in force
             self._resolve_open_transactions(rolled_back=rolled_back)
             restored = self._restore_config() if self._restore else None
-            self.engine.listen(self._progress_writer.append)
+            self.engine.listen(self._on_progress)
             self._resumed = resume is not None
             self.started_at = time.time()
             self._write_run_info(

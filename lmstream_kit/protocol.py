@@ -353,6 +353,9 @@ class BatchController(Tunable):
     ``after_batch(record)``
         the batch completed and its record is computed: learn from it, and return
         fields to add to the record (or None) before it is written;
+    ``on_progress(progress)``
+        Spark reported a batch's progress (a dict: :func:`lmstream_kit.engine.listener.progress_record`,
+        with the state's rows, bytes and removals), shortly after the batch; on Spark's listener thread;
     ``on_batch_failed(ctx, error)``
         the batch failed: undo a change made at its start and return True, and the run loop
         runs it again once (a new logic that fails on data goes back to the old one);
@@ -381,6 +384,9 @@ class BatchController(Tunable):
         return None
 
     def plugged(self, host: "StreamHost") -> None:
+        return None
+
+    def on_progress(self, progress: Mapping[str, Any]) -> None:
         return None
 
     def on_batch_failed(self, ctx: BatchContext, error: BaseException) -> bool:

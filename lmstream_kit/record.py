@@ -58,24 +58,33 @@ def latency_bound(slide_s: float, window_range_s: float, speedup: float = 1.0) -
 
 
 def window_params(workload: Any, speedup: float = 1.0) -> dict:
-    """The controller parameters of a tumbling workload's ``"window"`` target (``{}`` for others).
+    """The controller parameters a workload's windows give (``{}`` for a query without windows).
 
-    The target inside a window is the window's length in wall seconds (the query's bound); a query
-    whose results wait for a window to close (``results_at_close``) also has its windows' ends
-    and its watermark's delay, so that data closing a window is admitted at once.
+    Every windowed query with a known watermark: its windows' ends (``window_period_s``, the slide
+    or a tumbling window's length) and the watermark's delay, which the feature service-time model
+    counts closing windows by.  A tumbling one also gets the ``"window"`` target: the window's
+    length in wall seconds (the query's bound), and where its results wait for a window to close
+    (``results_at_close``) the windows' ends, so that data closing a window is admitted at once.
 
     >>> from lmstream_kit.workloads import get_workload
-    >>> window_params(get_workload("CM1T"), speedup=2)
-    {'tumbling_target': 'window', 'window_target_s': 30.0, 'close_period_s': 60.0, 'lateness_s': 5.0}
+    >>> window_params(get_workload("CM1T"), speedup=2)   # doctest: +NORMALIZE_WHITESPACE
+    {'window_period_s': 60.0, 'lateness_s': 5.0, 'tumbling_target': 'window', 'window_target_s': 30.0,
+     'close_period_s': 60.0}
     >>> window_params(get_workload("LR1T"), speedup=2)["close_period_s"], window_params(get_workload("LR2S"))
-    (0.0, {})
+    (0.0, {'window_period_s': 10.0, 'lateness_s': 5.0})
     """
-    if workload.slide_s > 0 or not workload.window_range_s:
+    if not workload.window_range_s:
         return {}
+    out: dict = {}
+    if workload.lateness_s is not None:
+        period = workload.slide_s if workload.slide_s > 0 else workload.window_range_s
+        out.update(window_period_s=float(period), lateness_s=float(workload.lateness_s))
+    if workload.slide_s > 0:
+        return out
     at_close = bool(workload.results_at_close and workload.lateness_s is not None)
-    return {"tumbling_target": "window", "window_target_s": float(workload.window_range_s) / float(speedup),
-            "close_period_s": float(workload.window_range_s) if at_close else 0.0,
-            "lateness_s": float(workload.lateness_s or 0.0) if at_close else 0.0}
+    out.update(tumbling_target="window", window_target_s=float(workload.window_range_s) / float(speedup),
+               close_period_s=float(workload.window_range_s) if at_close else 0.0)
+    return out
 
 
 def controller_target_s(slide_s: float, speedup: float = 1.0) -> float | None:

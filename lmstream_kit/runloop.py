@@ -183,6 +183,14 @@ class RunLoop:
                               fields={"planned": {"partitions_asked": asked, "partitions": made}})
             return asked if split else None
 
+    def on_progress(self, progress: dict) -> None:
+        """Spark's progress of a batch, for the controllers; one that raises is left out silently."""
+        for controller in self.controllers:
+            try:
+                controller.on_progress(progress)
+            except Exception:  # noqa: BLE001, S110
+                pass  # a progress hiccup must not reach Spark's listener bus
+
     # ------------------------------------------------------------------ one batch
     def run_batch(self, batch: Any) -> dict:
         """Run one micro-batch (``batch``: the engine's handle with ``batch_id``); returns its record.

@@ -509,6 +509,8 @@ def test_params_and_snapshot_json():
         "window_target_s": 0.0,
         "close_period_s": 0.0,
         "lateness_s": 0.0,
+        "service_model": "bytes",
+        "window_period_s": 0.0,
         "warmup": 0,
     }
     for x, t in ((100, 1.5), (200, 2.5), (300, 3.5)):

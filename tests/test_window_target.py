@@ -108,3 +108,18 @@ def test_bench_options_of_the_controller_are_validated_in_one_line():
         BenchConfig(queries=["CM1T"], tumbling_target="mean")
     with pytest.raises(ConfigError, match="catch-up must be 'chunks' or 'all', got 'some'"):
         BenchConfig(queries=["CM1T"], catch_up="some")
+
+
+def test_the_reproduction_page_shows_prediction_errors_only_for_batches_that_carry_predictions():
+    import pandas as pd
+
+    from lmstream_kit.report import reproduction_markdown
+
+    results = pd.DataFrame([{"query": "LR1S", "policy": "lmstream", "traffic": "constant", "rep": 0}])
+    batches = pd.DataFrame({"query": ["LR1S"] * 4, "traffic": ["constant"] * 4, "policy": ["lmstream"] * 4,
+                            "rep": [0] * 4, "processing_s": [1.0, 1.0, 1.0, 3.0],
+                            "predicted_s": [1.0, 1.0, 1.0, 1.0]})
+    page = reproduction_markdown(results, batches, None, {})
+    assert "## Service-time prediction" in page and "| LR1S | constant | 4 |" in page
+    assert "## Service-time prediction" not in reproduction_markdown(results, batches.drop(columns="predicted_s"),
+                                                                     None, {})

@@ -84,6 +84,10 @@ def cell_row(metrics, *, workload, policy: str, traffic: str, rep: int, seed: in
     return row
 
 
+def _float(value) -> float:
+    return float("nan") if value is None else float(value)
+
+
 def batch_rows(metrics, *, workload, policy: str, traffic: str, rep: int, speedup: float) -> list[dict]:
     """The data batches of one cell, for the per-batch figures."""
     data = metrics[metrics["rows"] > 0] if len(metrics) else metrics
@@ -108,6 +112,7 @@ def batch_rows(metrics, *, workload, policy: str, traffic: str, rep: int, speedu
                 "bytes": int(r.bytes),
                 "buffering_s": float(r.buffering_s),
                 "processing_s": float(r.processing_s),
+                "predicted_s": _float(getattr(r, "predicted_s", None)),  # the controller's (NaN: none)
                 "bound_s": bound,
             }
         )

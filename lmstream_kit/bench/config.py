@@ -68,6 +68,8 @@ class BenchConfig:
     tumbling_target : {"window", "paper"}
         The lmstream controller's target on tumbling queries: batch up to the window's length and
         admit at once what closes a window, or LMStream's running mean of past maximum latencies.
+    service_model : {"bytes", "features"}
+        The lmstream controller's service-time model.
     catch_up : {"chunks", "all"}
         How the lmstream controller admits a backlog that cannot meet the target in one batch.
     feed : str, optional
@@ -107,6 +109,7 @@ class BenchConfig:
     kafka_partitions: int = 2
     tumbling_target: str = "window"
     catch_up: str = "chunks"
+    service_model: str = "bytes"
 
     def __post_init__(self) -> None:
         check_device_mode(self.device_mode)
@@ -147,6 +150,8 @@ class BenchConfig:
             raise ConfigError(f"results format must be 'parquet' or 'csv', got {self.results_format!r}")
         if self.tumbling_target not in ("window", "paper"):
             raise ConfigError(f"tumbling target must be 'window' or 'paper', got {self.tumbling_target!r}")
+        if self.service_model not in ("bytes", "features"):
+            raise ConfigError(f"service model must be 'bytes' or 'features', got {self.service_model!r}")
         if self.catch_up not in ("chunks", "all"):
             raise ConfigError(f"catch-up must be 'chunks' or 'all', got {self.catch_up!r}")
         if self.capacity_start is not None and not self.capacity_start > 0:

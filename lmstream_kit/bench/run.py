@@ -49,7 +49,7 @@ class _Runner:
             read=self.cfg.read,
             device_mode=self.cfg.device_mode,
             optimizer=self.cfg.optimizer,
-            controller={"catch_up": self.cfg.catch_up,
+            controller={"catch_up": self.cfg.catch_up, "service_model": self.cfg.service_model,
                         **({"tumbling_target": "paper"} if self.cfg.tumbling_target == "paper" else {})},
             kafka=self.cfg.topic_uri(run_dir.name, self.stamp),
             kafka_partitions=self.cfg.kafka_partitions,

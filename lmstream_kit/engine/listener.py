@@ -21,6 +21,11 @@ def progress_record(progress) -> dict:
     }
     for key, value in durations.items():
         record[f"{key}_ms"] = value
+    operators = list(getattr(progress, "stateOperators", None) or [])
+    if operators:  # the state the next batches work on (the feature service-time model reads it)
+        record["state_rows"] = sum(int(op.numRowsTotal or 0) for op in operators)
+        record["state_bytes"] = sum(int(op.memoryUsedBytes or 0) for op in operators)
+        record["state_rows_removed"] = sum(int(op.numRowsRemoved or 0) for op in operators)
     return record
 
 

@@ -38,7 +38,7 @@ from .formatting import (
     _table4_display,
 )
 from .paper import claims
-from .tables import capacity_table, cpu_table, time_shares
+from .tables import capacity_table, cpu_table, prediction_errors, time_shares
 
 # ---------------------------------------------------------------------------------------------
 # HTML report
@@ -161,6 +161,11 @@ def build_report(
         _html_table(_table4_display(shares)) if not shares.empty
         else _missing_note("not in this sweep: needs the lmstream policy")
     )
+    errors = prediction_errors(batches)
+    errors_html = "" if errors.empty else (  # benches before the per-batch prediction have no section
+        f"<h2>Service-time prediction</h2>\n<p>{html.escape(_PREDICTION_CAPTION)}</p>\n"
+        f'<div class="scroll">{_html_table(_display(errors, {}))}</div>'
+    )
     page = f"""<!DOCTYPE html>
 <html lang="en">
 <head>
@@ -189,6 +194,7 @@ set beside the LMStream paper (Section V). The paper's Baseline is our <code>fix
 <h2>CPU per million rows</h2>
 <p>{html.escape(CAPTIONS["cpu"])}</p>
 <div class="scroll">{cpu_html}</div>
+{errors_html}
 <h2>Capacity</h2>
 <p>{html.escape(CAPTIONS["capacity"])}</p>
 <div class="scroll">{cap_html}</div>
@@ -244,6 +250,13 @@ def _md_duration(meta: Mapping) -> str:
     return f" ({seconds / 60:.1f} min)" if seconds >= 0 else ""
 
 
+_PREDICTION_CAPTION = (
+    "How far each lmstream batch's processing time was from the controller's prediction at admission "
+    "(seconds; the service model is the bench's --service-model). Spikes are batches that took more than "
+    "1.5 times their cell's median; under_spike_s is how much longer than predicted they took on average."
+)
+
+
 def reproduction_markdown(
     results: pd.DataFrame,
     batches: pd.DataFrame,
@@ -258,12 +271,13 @@ def reproduction_markdown(
     throughput per query and policy, Table IV, CPU per million rows, the capacity
     search (when it ran) and, when ``notes`` is given, "Where we differ and why".
     Shares are percentages with one decimal, seconds have 3 significant digits.
-    ``batches`` is accepted for symmetry with :func:`build_report`; its content
-    is summarised by the results already.
+    From ``batches`` only the lmstream controller's prediction errors are read (a
+    section when the batches carry the prediction); the per-cell results summarise
+    the rest.
     """
     meta = dict(meta or {})
     results = results if not _empty(results) else pd.DataFrame()
-    del batches  # the per-cell results already summarise every batch
+    errors = prediction_errors(batches if not _empty(batches) else None)
     out: list = ["# LMStream reproduction", ""]
     out += [
         (
@@ -313,6 +327,8 @@ def reproduction_markdown(
         _md_table(_display(cpu_table(results), _CPU_FORMATS)),
         "",
     ]
+    if not errors.empty:
+        out += ["## Service-time prediction", "", _PREDICTION_CAPTION, "", _md_table(_display(errors, {})), ""]
     cap = capacity_table(capacity)
     if not cap.empty:
         out += ["## Capacity", "", CAPTIONS["capacity"], "", _md_table(_display(cap, _capacity_formats(cap))), ""]

@@ -133,3 +133,54 @@ def cpu_table(results: pd.DataFrame) -> pd.DataFrame:
     ]
     agg["cheaper_than_asap"] = pd.array(cheaper, dtype="boolean")
     return agg[out_cols]
+
+
+#: a batch is a spike when its processing time exceeds this multiple of its cell's median
+SPIKE_FACTOR = 1.5
+
+
+def prediction_errors(batches: pd.DataFrame) -> pd.DataFrame:
+    """How well the lmstream controller predicted its batches' processing time, per query and traffic.
+
+    ``error = processing_s - predicted_s`` of each lmstream data batch that has a prediction (the
+    controller's at admission).  A *spike* is a batch whose processing time exceeds
+    ``SPIKE_FACTOR`` times its cell's median.  Empty where the batches carry no prediction (benches
+    before the per-batch ``predicted_s``).
+
+    Returns
+    -------
+    DataFrame
+        ``query``, ``traffic``, ``batches``, ``mae_s`` and ``p95_abs_s`` (mean and 95th percentile of
+        the absolute error), ``spikes``, ``spike_mae_s`` and ``under_spike_s`` (the spikes' mean
+        absolute error, and their mean shortfall: how much longer they took than predicted).
+
+    Examples
+    --------
+    >>> b = pd.DataFrame({"query": ["Q"] * 4, "traffic": ["constant"] * 4, "policy": ["lmstream"] * 4,
+    ...                   "rep": [0] * 4, "processing_s": [1.0, 1.0, 1.0, 3.0], "predicted_s": [1.0, 1.5, 0.5, 1.0]})
+    >>> row = prediction_errors(b).iloc[0]
+    >>> int(row["batches"]), float(row["mae_s"]), int(row["spikes"]), float(row["spike_mae_s"])
+    (4, 0.75, 1, 2.0)
+    """
+    columns = ["query", "traffic", "batches", "mae_s", "p95_abs_s", "spikes", "spike_mae_s", "under_spike_s"]
+    if batches is None or batches.empty or "predicted_s" not in batches:
+        return pd.DataFrame(columns=columns)
+    data = batches[(batches["policy"] == "lmstream") & batches["predicted_s"].notna()].copy()
+    if data.empty:
+        return pd.DataFrame(columns=columns)
+    keys = ["query", "traffic", "rep"] if "rep" in data else ["query", "traffic"]
+    median = data.groupby(keys)["processing_s"].transform("median")
+    data["error"] = data["processing_s"] - data["predicted_s"]
+    data["spike"] = data["processing_s"] > SPIKE_FACTOR * median
+    rows = []
+    for (query, traffic), cell in data.groupby(["query", "traffic"], sort=True):
+        spikes = cell[cell["spike"]]
+        rows.append({
+            "query": query, "traffic": traffic, "batches": len(cell),
+            "mae_s": float(cell["error"].abs().mean()),
+            "p95_abs_s": float(np.percentile(cell["error"].abs(), 95)),
+            "spikes": len(spikes),
+            "spike_mae_s": float(spikes["error"].abs().mean()) if len(spikes) else float("nan"),
+            "under_spike_s": float(spikes["error"].mean()) if len(spikes) else float("nan"),
+        })
+    return pd.DataFrame(rows, columns=columns)
