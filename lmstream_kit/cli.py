@@ -211,6 +211,21 @@ def run(workload, traffic, rate, spread, policy, trigger_s, slide_s, tumbling, t
     _summary_table(stream, summary)
 
 
+def _overloads(items) -> dict:
+    """``--overload QUERY=RATE`` options as ``{query: rate}``; a malformed one is a one-line error."""
+    out = {}
+    for item in items:
+        query, sep, rate = str(item).partition("=")
+        try:
+            value = float(rate)
+        except ValueError:
+            value = None
+        if not sep or not query.strip() or value is None:
+            raise KitError(f"--overload takes QUERY=RATE (rows per simulated second), got {item!r}")
+        out[query.strip()] = value
+    return out
+
+
 def _spark_conf(confs, jars) -> dict:
     """``--conf KEY=VALUE`` options (and ``--jars``) as a dict; a malformed one is a user error."""
     out = {}
@@ -436,6 +451,7 @@ def compare(run_dirs):
 @click.option("--capacity-duration", default=60.0, show_default=True, type=float, help="Simulated seconds per capacity probe.")
 @click.option("--capacity-start", default=None, type=float, help="First probed rate [default: --rate].")
 @click.option("--capacity-probes", default=12, show_default=True, type=int, help="Most probe runs per query and policy, repetitions included: the search bisects until [highest pass, lowest fail] is within 10%, running each bound twice (seeds --seed and --seed + 1).")
+@click.option("--overload", "overloads", multiple=True, metavar="QUERY=RATE", help="Also run every policy on QUERY at RATE rows per simulated second (constant traffic): pick a rate above the fixed trigger's capacity for the paper's Fig. 1, where its maximum latency grows batch after batch (repeatable).")
 @click.option("--tumbling-target", default="window", show_default=True, type=click.Choice(["window", "paper"]), help="lmstream's target on tumbling queries: batch up to the window's length and admit at once what closes a window, or LMStream's running mean of past max latencies (paper).")
 @click.option("--service-model", default="bytes", show_default=True, type=click.Choice(["bytes", "features"]), help="lmstream's service-time model: bytes, or bytes, windows closed, state and evictions.")
 @click.option("--catch-up", "catch_up", default="chunks", show_default=True, type=click.Choice(["chunks", "all"]), help="lmstream's rule for a backlog that cannot meet the target in one batch: chunks that fit it, or all at once (LMStream's).")
@@ -452,7 +468,7 @@ def compare(run_dirs):
 @click.option("--feed", default=None, metavar="kafka://HOST:PORT/PREFIX", help="Send every run's traffic through a Kafka topic of its own (PREFIX-RUN-START, created) and stream from it; ?format=avro for Avro values [default: the spool].")
 @click.option("--kafka-partitions", default=2, show_default=True, type=int, help="Partitions of each topic of --feed.")
 @click.option("--out", "out", required=True, type=click.Path(path_type=Path), help="Bench directory.")
-def bench(queries, policies, traffic, duration, repeat, speedup, rate, spread, seed, trigger_s, warmup_s, capacity, capacity_duration, capacity_start, capacity_probes, capacity_budget, tumbling_target, service_model, catch_up, output, master, results_format, reproduction, notes, device_mode, optimizer, confs, jars, feed, kafka_partitions, out):
+def bench(queries, policies, traffic, duration, repeat, speedup, rate, spread, seed, trigger_s, warmup_s, capacity, capacity_duration, capacity_start, capacity_probes, capacity_budget, overloads, tumbling_target, service_model, catch_up, output, master, results_format, reproduction, notes, device_mode, optimizer, confs, jars, feed, kafka_partitions, out):
     """Run queries x policies x traffic and write results.parquet and report.html.
 
     Every cell runs to the end of its traffic on one SparkSession; the same
@@ -467,7 +483,7 @@ def bench(queries, policies, traffic, duration, repeat, speedup, rate, spread, s
         speedup=speedup, rate=rate, spread=spread, seed=seed, trigger_s=trigger_s, warmup_s=warmup_s,
         capacity=capacity, capacity_duration_s=capacity_duration, capacity_start=capacity_start,
         capacity_probes=capacity_probes, capacity_budget_s=capacity_budget, tumbling_target=tumbling_target, catch_up=catch_up,
-        service_model=service_model, output=output, master=master,
+        service_model=service_model, overload=_overloads(overloads), output=output, master=master,
         results_format=results_format,
         spark_conf=_spark_conf(confs, jars), device_mode=device_mode, optimizer=optimizer,
         feed=feed, kafka_partitions=kafka_partitions,

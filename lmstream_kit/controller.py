@@ -220,7 +220,9 @@ class AdmissionController(BatchController):
         ``"window"``: a window's result appears only when it closes, so inside
         a window the target is ``window_target_s`` (the window's length, the
         query's bound), and pending data that closes a window is admitted at
-        once (reason ``"window"``; see ``close_period_s``).
+        once (reason ``"window"``; see ``close_period_s``).  Spark emits the
+        window in the batch after that one, so the next admission goes at
+        once too, with whatever is pending (reason ``"emit"``).
     window_target_s : float, default 0.0
         The ``"window"`` target in wall seconds (0: ``initial_target_s``).
     close_period_s : float, default 0.0
@@ -377,6 +379,7 @@ class AdmissionController(BatchController):
         self._last_decision: Decision | None = None
         self._catch_up_since: float | None = None  # admission of a catch-up's first chunk
         self._admitted_second: float | None = None  # latest event second admitted (window closes)
+        self._emit_due = False  # the last admission closed a window: the next batch emits it
         self._features_model = None  # FeatureServiceModel, made when service_model="features" first predicts
         self._state: dict[str, float] = {}  # state rows, bytes and removals from Spark's last progress
         self._last_eviction: float | None = None  # when a progress last reported state rows removed
@@ -491,6 +494,10 @@ class AdmissionController(BatchController):
                     admit, reason = True, "admit"
                 elif self._closes_window(pending):
                     admit, reason = True, "window"
+                elif self._emit_due:
+                    # Spark emits a window in the batch after the one whose data closed it (the kit
+                    # runs no no-data batches): that next batch goes at once, with what is pending
+                    admit, reason = True, "emit"
                 else:
                     admit, reason = False, "wait"
                 dec = Decision(admit, reason, n, rows, nbytes, age, predicted, margin, estimate, target,
@@ -499,6 +506,7 @@ class AdmissionController(BatchController):
                     dec = self._chunk(dec, pending, target - margin - poll, oldest) or dec
                 if admit:
                     self._note_admitted(pending if dec.take is None else pending[:dec.take])
+                    self._emit_due = reason == "window"
             self._last_decision = dec
         return dec
 

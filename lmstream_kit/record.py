@@ -393,7 +393,7 @@ def summarize(records: Iterable[Mapping[str, Any]], *, bound_s: float | None = N
         "processing_s": proc,
     }
     bounds = [bound_s if bound_s is not None else _num(r.get("bound_s")) for r in data]
-    # windows emitted (no-data batches included: a watermark's batch emits what the data before closed)
+    # windows emitted (by any batch: a no-data batch, where a session runs them, emits too)
     results = [float(r["result_latency_s"]) for r in records if _num(r.get("result_latency_s")) is not None]
     out["result_latency_mean_s"] = sum(results) / len(results) if results else nan
     out["result_latency_max_s"] = max(results) if results else nan

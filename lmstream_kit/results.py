@@ -13,8 +13,9 @@ job: the event-time second each spool dataset holds (``second``) and its arrival
 
 Spark's rule, which the Spark test checks against each batch's written windows: the watermark
 used by batch N is the largest event time of batches before N minus the lateness, so data that
-closes a window in batch N has the window emitted by batch N + 1 (a no-data batch that Spark runs
-at once when nothing else is admitted).
+closes a window in batch N has the window emitted by batch N + 1.  The kit turns Spark's no-data
+batches off (every batch is an admission), so that is the next batch the gate admits; a no-data
+batch counts the same where a session runs them.
 
 >>> from types import SimpleNamespace as NS
 >>> w = WindowResults(period_s=lambda: 60.0, lateness_s=5.0)
@@ -26,7 +27,7 @@ at once when nothing else is admitted).
 >>> w.before_batch(ctx((64, 164.0), (65, 165.0), (66, 166.0)))          # 65 closes [0, 60)
 >>> w.after_batch(rec(167.0))
 {'windows_closed': 0}
->>> w.before_batch(ctx())                                               # the no-data batch emits it
+>>> w.before_batch(ctx((67, 167.2)))                                    # the next batch emits it
 >>> w.after_batch(rec(167.5))
 {'windows_closed': 1, 'result_latency_s': 2.5, 'closed_window_end': 60.0}
 """

@@ -44,8 +44,10 @@ def test_data_that_closes_a_window_is_admitted_at_once_and_only_then():
     assert c.decide(6.45, fed(58, 65)).reason == "wait"
     d = c.decide(6.55, fed(58, 66))  # second 65: the watermark reaches 60 and closes [0, 60)
     assert (d.admit, d.reason, d.take) == (True, "window", None)
+    # Spark emits [0, 60) with the next batch: it goes at once with whatever is pending
+    assert c.decide(6.7, fed(66, 67)).reason == "emit"
     # [60, 120) closes only with second 125
-    assert c.decide(7.05, fed(66, 71)).reason == "wait"
+    assert c.decide(7.05, fed(67, 71)).reason == "wait"
     assert c.decide(12.55, [ds(125, 12.5)]).reason == "window"
 
 
@@ -123,3 +125,33 @@ def test_the_reproduction_page_shows_prediction_errors_only_for_batches_that_car
     assert "## Service-time prediction" in page and "| LR1S | constant | 4 |" in page
     assert "## Service-time prediction" not in reproduction_markdown(results, batches.drop(columns="predicted_s"),
                                                                      None, {})
+
+
+def test_overload_cells_make_claim_1b_fig1_and_their_own_section_but_stay_out_of_the_sweeps_tables():
+    import pandas as pd
+
+    from lmstream_kit.report import build_report, claims, reproduction_markdown
+
+    def cell(policy, rate, load, max_lat, within):
+        return {"query": "LR2S", "window_kind": "sliding", "policy": policy, "traffic": "constant", "rep": 0,
+                "rate": rate, "load": load, "bound_s": 5.0, "max_latency_s": max_lat, "within_bound": within,
+                "avg_latency_s": max_lat / 2, "throughput_rows_s": 1000.0, "batches": 10, "rows": 1000}
+
+    results = pd.DataFrame([cell("fixed", 1000.0, "sweep", 9.0, 0.0), cell("lmstream", 1000.0, "sweep", 4.9, 1.0),
+                            cell("fixed", 2000.0, "overload", 41.0, 0.05), cell("lmstream", 2000.0, "overload", 4.8, 0.97)])
+    table = claims(results).set_index("claim")
+    fig1 = table.loc["1b. at a load above the fixed trigger's capacity (Fig. 1)"]
+    assert fig1["agrees"] is True and fig1["value"] == 0.97
+    assert "LR2S at 2,000 rows/s: fixed's largest latency 41 s (5% within the 5 s bound)" in fig1["ours"]
+    # claim 1 compares per rate and names it; claim 3 reads the sweep's cells only
+    assert "rows/s" in table.loc["1. average latency vs the throughput-oriented baseline (fixed trigger)", "where"]
+    weak = results.assign(within_bound=[0.0, 1.0, 0.05, 0.6])
+    assert claims(weak).set_index("claim").loc["1b. at a load above the fixed trigger's capacity (Fig. 1)",
+                                                 "agrees"] is False
+    page = reproduction_markdown(results, None, None, {})
+    assert "## At an overload (Fig. 1)" in page
+    batches = pd.DataFrame([{"query": "LR2S", "policy": p, "traffic": "constant", "rep": 0, "t_s": float(t),
+                             "max_latency_s": 1.0 + t * (p == "fixed"), "rows": 100, "bound_s": 5.0,
+                             "load": "overload", "rate": 2000.0} for p in ("fixed", "lmstream") for t in range(5)])
+    html_page = build_report(results, batches, None, {})
+    assert "LR2S lmstream" in html_page  # lmstream's dotted line beside fixed's in Fig. 1

@@ -65,6 +65,12 @@ class BenchConfig:
         Run the inflection-point optimizer (default: for the ``lmstream`` policy).
     spark_conf : dict
         Extra Spark confs of the bench's session (e.g. the RAPIDS plugin's).
+    overload : mapping of str to float
+        Extra cells at a load of their own, ``{query: rows per simulated second}``: every
+        policy runs the query once under constant traffic at that rate (``load="overload"`` in the
+        results; the paper's Fig. 1 is drawn from them, and the claims compare policies per rate).
+        Pick a rate above the fixed trigger's capacity, where its maximum latency grows batch
+        after batch.
     tumbling_target : {"window", "paper"}
         The lmstream controller's target on tumbling queries: batch up to the window's length and
         admit at once what closes a window, or LMStream's running mean of past maximum latencies.
@@ -107,6 +113,7 @@ class BenchConfig:
     optimizer: Optional[bool] = None
     feed: Optional[str] = None
     kafka_partitions: int = 2
+    overload: dict = field(default_factory=dict)
     tumbling_target: str = "window"
     catch_up: str = "chunks"
     service_model: str = "bytes"
@@ -148,6 +155,17 @@ class BenchConfig:
             raise ConfigError(f"output must be 'noop' or 'parquet', got {self.output!r}")
         if self.results_format not in ("parquet", "csv"):
             raise ConfigError(f"results format must be 'parquet' or 'csv', got {self.results_format!r}")
+        overload = {}
+        for query, rate in dict(self.overload or {}).items():
+            name = getattr(query, "name", query)
+            if name not in self._workloads:
+                raise ConfigError(f"overload query {query!r} is not in the sweep's queries "
+                                  f"({', '.join(self._workloads)})")
+            if not (isinstance(rate, (int, float)) and not isinstance(rate, bool) and math.isfinite(rate)
+                    and rate > 0):
+                raise ConfigError(f"overload rate of {name} must be > 0 rows per second, got {rate!r}")
+            overload[name] = float(rate)
+        self.overload = overload
         if self.tumbling_target not in ("window", "paper"):
             raise ConfigError(f"tumbling target must be 'window' or 'paper', got {self.tumbling_target!r}")
         if self.service_model not in ("bytes", "features"):
@@ -189,14 +207,27 @@ class BenchConfig:
                 self._workloads[name] = w.with_window(*query_window(w))
 
     def cells(self) -> list[dict]:
-        """The sweep's cells in run order: policies of one (query, traffic, rep) back to back."""
-        return [
-            {"query": q, "traffic": t, "rep": r, "policy": p}
+        """The sweep's cells in run order: policies of one (query, traffic, rep) back to back, then the
+        overload cells (constant traffic, repetition 0) of each query that has one.
+
+        >>> cells = BenchConfig(queries=["LR2S"], policies=["fixed", "lmstream"], traffic=["constant"],
+        ...                     overload={"LR2S": 2000}).cells()
+        >>> [(c["policy"], c["rate"], c["load"]) for c in cells]
+        [('fixed', 1000.0, 'sweep'), ('lmstream', 1000.0, 'sweep'), ('fixed', 2000.0, 'overload'), ('lmstream', 2000.0, 'overload')]
+        """
+        sweep = [
+            {"query": q, "traffic": t, "rep": r, "policy": p, "rate": float(self.rate), "load": "sweep"}
             for q in self.queries
             for r in range(self.repeat)
             for t in self.traffic
             for p in self.policies
         ]
+        overload = [
+            {"query": q, "traffic": "constant", "rep": 0, "policy": p, "rate": rate, "load": "overload"}
+            for q, rate in self.overload.items()
+            for p in self.policies
+        ]
+        return sweep + overload
 
 
 def _names(value, what: str) -> list:

@@ -172,21 +172,25 @@ def run_bench(
                            duration_s=cfg.warmup_s, run_dir=out / "runs" / f"warmup-{workload.name}")
                 warmed.add(workload.name)
                 done += 1
+            overload = cell["load"] == "overload"
             label = f"{workload.name} {cell['policy']} {cell['traffic']} r{cell['rep']}"
+            label += f" overload {cell['rate']:g} rows/s" if overload else ""
             notify({"phase": "sweep", "done": done, "total": total, "label": label})
             seed = cfg.seed + cell["rep"]
-            run_dir = out / "runs" / f"{workload.name}-{cell['policy']}-{cell['traffic']}-r{cell['rep']}"
-            metrics, cpu, _ = runner.run(workload.name, cell["policy"], cell["traffic"], rate=cfg.rate,
+            name = f"{workload.name}-{cell['policy']}-{cell['traffic']}-r{cell['rep']}"
+            run_dir = out / "runs" / (f"{name}-overload" if overload else name)
+            metrics, cpu, _ = runner.run(workload.name, cell["policy"], cell["traffic"], rate=cell["rate"],
                                          seed=seed, duration_s=cfg.duration_s, run_dir=run_dir)
             row = cell_row(metrics, workload=workload, policy=cell["policy"], traffic=cell["traffic"],
-                           rep=cell["rep"], seed=seed, rate=cfg.rate, speedup=cfg.speedup,
+                           rep=cell["rep"], seed=seed, rate=cell["rate"], speedup=cfg.speedup,
                            duration_s=cfg.duration_s, cpu=cpu)
             row.update(run_dir=str(run_dir.relative_to(out)), spark_version=meta["spark_version"],
-                       feed="spool" if cfg.feed is None else "kafka")
+                       feed="spool" if cfg.feed is None else "kafka", load=cell["load"])
             rows.append(row)
             cells_log.append(row)
-            batch_records.extend(batch_rows(metrics, workload=workload, policy=cell["policy"],
-                                            traffic=cell["traffic"], rep=cell["rep"], speedup=cfg.speedup))
+            batch_records.extend({**b, "rate": cell["rate"], "load": cell["load"]}
+                                 for b in batch_rows(metrics, workload=workload, policy=cell["policy"],
+                                                     traffic=cell["traffic"], rep=cell["rep"], speedup=cfg.speedup))
             done += 1
             notify({"phase": "sweep", "done": done, "total": total, "label": label})
         cells_log.close()

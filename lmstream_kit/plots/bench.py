@@ -95,7 +95,8 @@ def _bound_value(df: pd.DataFrame) -> float:
 # figures
 
 
-def fig_fixed_latency_growth(batches: pd.DataFrame, meta: Mapping | None = None) -> go.Figure | None:
+def fig_fixed_latency_growth(batches: pd.DataFrame, meta: Mapping | None = None,
+                             compare: str | None = None) -> go.Figure | None:
     """Fig. 1: maximum latency per micro-batch over time under the ``fixed`` policy.
 
     One line per query (constant traffic and repetition 0 preferred), each with its
@@ -109,6 +110,9 @@ def fig_fixed_latency_growth(batches: pd.DataFrame, meta: Mapping | None = None)
         ``max_latency_s``, ``rows``, ``bound_s``).
     meta : dict, optional
         Run description; its ``speedup`` goes into the title.
+    compare : str, optional
+        Another policy whose batches of the same query and traffic are drawn as dotted lines
+        (``"lmstream"`` on overload cells: bounded where the fixed trigger's latency grows).
 
     Returns
     -------
@@ -167,6 +171,26 @@ def fig_fixed_latency_growth(batches: pd.DataFrame, meta: Mapping | None = None)
                 ),
                 row=2, col=1,
             )
+        other = batches[(batches["policy"] == compare)] if compare else batches.iloc[0:0]
+        if query is not None and "query" in other:
+            other = other[other["query"] == query]
+        if "traffic" in sub.columns and len(sub) and "traffic" in other:
+            other = other[other["traffic"] == sub["traffic"].iloc[0]]
+        if len(other):
+            other = _first_rep(other)
+            other = other.assign(_x=pd.to_numeric(_time_axis(other), errors="coerce")).sort_values("_x")
+            label = f"{name} {compare}"
+            fig.add_trace(
+                go.Scatter(x=other["_x"], y=other["max_latency_s"], mode="lines", name=label, legendgroup=label,
+                           line={"color": color, "dash": "dot"}),
+                row=1, col=1,
+            )
+            if "rows" in other.columns:
+                fig.add_trace(
+                    go.Scatter(x=other["_x"], y=other["rows"], mode="lines", name=f"{label} rows",
+                               legendgroup=label, line={"color": color, "dash": "dot"}, showlegend=False),
+                    row=2, col=1,
+                )
     speedup = _num((meta or {}).get("speedup"))
     title = "Fixed trigger: maximum latency per micro-batch over time"
     if math.isfinite(speedup):

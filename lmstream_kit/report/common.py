@@ -41,7 +41,8 @@ CAPTIONS = {
     "fig1": (
         "Paper Fig. 1 — under the fixed trigger (the paper's throughput-oriented Baseline) the "
         "maximum latency per micro-batch grows over time, and so does the batch size; dashed lines "
-        "are each query's latency bound."
+        "are each query's latency bound. Drawn from the overload cells (bench --overload) where the "
+        "sweep has them, with lmstream's batches at the same load as dotted lines."
     ),
     "fig6": (
         "Paper Fig. 6 — average end-to-end latency per query and policy (mean over repetitions; "
@@ -82,6 +83,22 @@ CAPTIONS = {
     "claims": "The paper's headline claims beside this sweep's numbers.",
     "results": "Every sweep cell and repetition, as measured.",
 }
+
+
+def split_load(frame):
+    """``(sweep, overload)``: the rows of the sweep's cells and of its overload cells (``load``).
+
+    >>> import pandas as pd
+    >>> sweep, over = split_load(pd.DataFrame({"load": ["sweep", "overload", "sweep"]}))
+    >>> len(sweep), len(over), len(split_load(pd.DataFrame({"x": [1]}))[1])
+    (2, 1, 0)
+    """
+    import pandas as pd
+
+    if frame is None or getattr(frame, "empty", True) or "load" not in frame.columns:
+        return frame, pd.DataFrame()
+    over = frame["load"] == "overload"
+    return frame[~over].reset_index(drop=True), frame[over].reset_index(drop=True)
 
 
 def table4_caption(meta: Mapping | None) -> str:

@@ -39,12 +39,42 @@ def _policy_ratio(results: pd.DataFrame, column: str) -> pd.DataFrame | None:
     return both if not both.empty else None
 
 
-def _where(row: Mapping) -> str:
+def _overload_claim(over: pd.DataFrame) -> tuple:
+    """Claim 1b (Fig. 1) from the overload cells: the fixed trigger falls behind, lmstream stays bounded.
+
+    Agrees when, on every overload query that ran both, fixed met the bound for fewer than half of
+    its batches with a largest latency over twice the bound, and lmstream for at least 95%.
+    """
+    claim = "1b. at a load above the fixed trigger's capacity (Fig. 1)"
+    paper = "the Baseline's maximum latency grows batch after batch; LMStream's stays bounded"
+    texts, verdicts, shares = [], [], []
+    for query, cells in over.groupby("query", sort=True):
+        by = {p: c.iloc[0] for p, c in cells.groupby("policy")}
+        if "fixed" not in by or "lmstream" not in by:
+            continue
+        fx, lm = by["fixed"], by["lmstream"]
+        bound = float(fx["bound_s"])
+        texts.append(f"{query} at {float(fx['rate']):,.0f} rows/s: fixed's largest latency "
+                     f"{float(fx['max_latency_s']):.3g} s ({float(fx['within_bound']):.0%} within the "
+                     f"{bound:.3g} s bound), lmstream's {float(lm['max_latency_s']):.3g} s "
+                     f"({float(lm['within_bound']):.0%} within)")
+        grows = float(fx["within_bound"]) < 0.5 and float(fx["max_latency_s"]) > 2 * bound
+        verdicts.append(grows and float(lm["within_bound"]) >= PASS_SHARE)
+        shares.append(float(lm["within_bound"]))
+    if not texts:
+        return claim, paper, "not in this sweep: the overload cells need the fixed and lmstream policies", "", \
+            None, math.nan
+    return claim, paper, "; ".join(texts), "overload cells (constant traffic)", all(verdicts), min(shares)
+
+
+def _where(row: Mapping, with_rate: bool = False) -> str:
     traffic = row.get("traffic")
     query = row.get("query")
+    rate = row.get("rate") if with_rate else None
+    at = f" at {float(rate):,.0f} rows/s" if isinstance(rate, (int, float)) and math.isfinite(rate) else ""
     if traffic is None or (isinstance(traffic, float) and math.isnan(traffic)):
-        return str(query)
-    return f"{query} ({traffic})"
+        return f"{query}{at}"
+    return f"{query} ({traffic}{at})"
 
 
 def _missing_policies(results: pd.DataFrame | None, needed: Sequence[str]) -> str:
@@ -126,6 +156,11 @@ def claims(results: pd.DataFrame, capacity: pd.DataFrame | None = None) -> pd.Da
         NaN when not measurable).
     """
     rows: list = []
+    # a sweep with overload cells compares policies per rate: each claim names its rate
+    rates = not _empty(results) and "rate" in results.columns and results["rate"].nunique() > 1
+    # the bound and the overhead are the sweep's claims; the overload cells show Fig. 1 (1b)
+    sweep = (results[results["load"] != "overload"] if not _empty(results) and "load" in results.columns
+             else results)
 
     def add(claim: str, paper: str, ours: str, where: str, agrees: bool | None, value: float) -> None:
         rows.append(
@@ -143,7 +178,12 @@ def claims(results: pd.DataFrame, capacity: pd.DataFrame | None = None) -> pd.Da
         best = both.loc[both["_r"].idxmax()]
         r = float(best["_r"])
         ours = f"{r:.1%} lower" if r >= 0 else f"{-r:.1%} higher"
-        add(claim1, paper1, ours, _where(best), bool(r > 0), r)
+        add(claim1, paper1, ours, _where(best, rates), bool(r > 0), r)
+
+    # 1b. the paper's Fig. 1, from the overload cells
+    over = results[results["load"] == "overload"] if not _empty(results) and "load" in results.columns else None
+    if over is not None and not over.empty:
+        add(*_overload_claim(over))
 
     # 2. throughput
     claim2 = "2. throughput vs the baseline (fixed trigger)"
@@ -155,7 +195,7 @@ def claims(results: pd.DataFrame, capacity: pd.DataFrame | None = None) -> pd.Da
         both = both.assign(_r=both["throughput_rows_s_lmstream"] / both["throughput_rows_s_fixed"])
         best = both.loc[both["_r"].idxmax()]
         r = float(best["_r"])
-        add(claim2, paper2, f"up to {r:.2f}×", _where(best), bool(r > 1.0), r)
+        add(claim2, paper2, f"up to {r:.2f}×", _where(best, rates), bool(r > 1.0), r)
 
     # 2b. capacity (only when the search ran)
     brackets = capacity_brackets(capacity)
@@ -183,14 +223,14 @@ def claims(results: pd.DataFrame, capacity: pd.DataFrame | None = None) -> pd.Da
             both = both.assign(_r=both["sustained_rows_s_lmstream"] / both["sustained_rows_s_fixed"])
             best = both.loc[both["_r"].idxmax()]
             r = float(best["_r"])
-            add(claim2c, paper2, f"up to {r:.2f}×", _where(best), bool(r > 1.0), r)
+            add(claim2c, paper2, f"up to {r:.2f}×", _where(best, rates), bool(r > 1.0), r)
 
     # 3. bounded latency
     claim3 = "3. maximum latency per micro-batch bounded by the slide (sliding windows)"
     paper3 = "bounded (Figs. 6 and 8a)"
     lm = pd.DataFrame()
-    if not _empty(results) and {"policy", "within_bound", "query"} <= set(results.columns):
-        lm = results[results["policy"] == "lmstream"]
+    if not _empty(sweep) and {"policy", "within_bound", "query"} <= set(sweep.columns):
+        lm = sweep[sweep["policy"] == "lmstream"]
     sliding = lm[lm["window_kind"] == "sliding"] if "window_kind" in lm.columns else lm.iloc[0:0]
     cells = pd.DataFrame()
     if not sliding.empty:
@@ -198,7 +238,7 @@ def claims(results: pd.DataFrame, capacity: pd.DataFrame | None = None) -> pd.Da
         cells = cells[cells["within_bound"].notna()]
     if cells.empty:
         if lm.empty:
-            reason = _missing_policies(results, ("lmstream",))
+            reason = _missing_policies(sweep, ("lmstream",))
         else:
             reason = "not in this sweep: needs a sliding-window query under lmstream"
         add(claim3, paper3, reason, "", None, math.nan)
@@ -213,16 +253,16 @@ def claims(results: pd.DataFrame, capacity: pd.DataFrame | None = None) -> pd.Da
         else:
             overall = float(wb.mean())
         ours = f"{share:.1%} of batches within the bound at worst; {overall:.1%} over all lmstream cells"
-        add(claim3, paper3, ours, _where(worst), bool(share >= PASS_SHARE), share)
+        add(claim3, paper3, ours, _where(worst, rates), bool(share >= PASS_SHARE), share)
 
     # 4. overhead
     claim4 = "4. overhead of LMStream's mechanisms (decision + device mapping + optimizer blocking)"
     paper4 = f"below {PAPER_OVERHEAD_LIMIT:.0%} in most workloads (Table IV; CM1T 4.2%)"
-    shares = time_shares(results, "lmstream")
+    shares = time_shares(sweep, "lmstream")
     shares = shares[shares["overhead"].notna()] if not shares.empty else shares
     if shares.empty:
         if lm.empty:
-            reason = _missing_policies(results, ("lmstream",))
+            reason = _missing_policies(sweep, ("lmstream",))
         else:
             reason = "not in this sweep: needs the time components (buffering_s ... optimizer_s)"
         add(claim4, paper4, reason, "", None, math.nan)

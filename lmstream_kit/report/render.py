@@ -17,7 +17,7 @@ from typing import Any
 import pandas as pd
 from plotly.offline import get_plotlyjs
 
-from .common import CAPTIONS, _empty, _policies, table4_caption
+from .common import CAPTIONS, _empty, _policies, split_load, table4_caption
 from .figures import (
     fig_avg_latency,
     fig_batch_timeline,
@@ -87,13 +87,17 @@ def build_report(
     as pseudo-HTML).  The output depends only on the inputs (figure ids are fixed).
     """
     meta = dict(meta or {})
-    results = results if not _empty(results) else pd.DataFrame()
+    all_results = results if not _empty(results) else pd.DataFrame()
+    results, _ = split_load(all_results)  # overload cells: Fig. 1 and the claims (per rate) only
     batches = batches if not _empty(batches) else pd.DataFrame()
+    batches, over_batches = split_load(batches)
     policies = set(_policies(results)) | set(_policies(batches))
 
     sections: list = []  # (caption key, figure or None, missing note)
     fixed_note = "not in this sweep: needs the fixed policy"
-    sections.append(("fig1", fig_fixed_latency_growth(batches, meta), fixed_note))
+    fig1 = (fig_fixed_latency_growth(over_batches, meta, compare="lmstream") if not over_batches.empty
+            else fig_fixed_latency_growth(batches, meta))
+    sections.append(("fig1", fig1, fixed_note))
     bars_note = "" if "fixed" in policies else " (not in this sweep: needs the fixed policy, the paper's Baseline)"
     have_results = not results.empty
     sections.append(("fig6", fig_avg_latency(results) if have_results else None, "not in this sweep: no results"))
@@ -128,7 +132,7 @@ def build_report(
             body = _missing_note(missing)
         parts.append(f"<figure>\n{body}\n<figcaption>{html.escape(caption)}</figcaption>\n</figure>")
 
-    claims_table = claims(results, capacity)
+    claims_table = claims(all_results, capacity)
     shares = time_shares(results, "lmstream")
     cpu = cpu_table(results)
     cap = capacity_table(capacity)
@@ -250,6 +254,12 @@ def _md_duration(meta: Mapping) -> str:
     return f" ({seconds / 60:.1f} min)" if seconds >= 0 else ""
 
 
+_OVERLOAD_CAPTION = (
+    "The overload cells (bench --overload): each policy once on the query, constant traffic at a rate "
+    "above the fixed trigger's capacity, where its maximum latency grows batch after batch (Fig. 1). "
+    "Means as above; the claims compare the policies at this rate too."
+)
+
 _PREDICTION_CAPTION = (
     "How far each lmstream batch's processing time was from the controller's prediction at admission "
     "(seconds; the service model is the bench's --service-model). Spikes are batches that took more than "
@@ -276,8 +286,9 @@ def reproduction_markdown(
     the rest.
     """
     meta = dict(meta or {})
-    results = results if not _empty(results) else pd.DataFrame()
-    errors = prediction_errors(batches if not _empty(batches) else None)
+    all_results = results if not _empty(results) else pd.DataFrame()
+    results, overload = split_load(all_results)
+    errors = prediction_errors(split_load(batches)[0] if not _empty(batches) else None)
     out: list = ["# LMStream reproduction", ""]
     out += [
         (
@@ -298,7 +309,7 @@ def reproduction_markdown(
         "",
     ]
     out += [f"- **{label}**: {_md_cell(text)}" for label, text in _meta_items(meta)]
-    out += ["", "## Claims", "", _md_table(_claims_display(claims(results, capacity))), ""]
+    out += ["", "## Claims", "", _md_table(_claims_display(claims(all_results, capacity))), ""]
 
     out += [
         "## Latency and throughput per query",
@@ -327,6 +338,10 @@ def reproduction_markdown(
         _md_table(_display(cpu_table(results), _CPU_FORMATS)),
         "",
     ]
+    if not overload.empty:
+        out += ["## At an overload (Fig. 1)", "", _OVERLOAD_CAPTION, "",
+                _md_table(_display(_cell_summary(overload), _SUMMARY_FORMATS).rename(columns=_SUMMARY_HEADERS)),
+                ""]
     if not errors.empty:
         out += ["## Service-time prediction", "", _PREDICTION_CAPTION, "", _md_table(_display(errors, {})), ""]
     cap = capacity_table(capacity)
