@@ -40,23 +40,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from lmstream_kit.bench.outputs import write_run_results  # noqa: E402
-
-
-def fill_backlog(run_dir: Path, workload, *, seconds: int, rate: int, speedup: float, seed: int) -> int:
-    """The spool of a stream that was down: ``seconds`` simulated seconds of generated rows, the last
-    arriving now; returns the datasets written."""
-    import numpy as np
-
-    from lmstream_kit.feed.spool import Spool
-
-    spool = Spool(run_dir / "spool", schema=workload.schema)
-    rng = np.random.default_rng(seed)
-    now = time.time()
-    for second in range(seconds):
-        spool.append(workload.make_rows(second, rate, rng), arrival=now - (seconds - second) / speedup,
-                     source="generator", second=second)
-    spool.close()
-    return seconds
+from lmstream_kit.feed.make import write_backlog  # noqa: E402
 
 
 def one_run(args, rule: str, rep: int, spark, root: Path) -> dict:
@@ -65,8 +49,8 @@ def one_run(args, rule: str, rep: int, spark, root: Path) -> dict:
 
     workload = load_workload(args.workload)
     run_dir = root / f"{rule}-{rep}"
-    backlog = fill_backlog(run_dir, workload, seconds=args.backlog, rate=int(args.rate), speedup=args.speedup,
-                           seed=args.seed + rep)
+    backlog = write_backlog(run_dir / "spool", workload, seconds=args.backlog, rate=int(args.rate),
+                            speedup=args.speedup, seed=args.seed + rep)
     stream = LiveStream(workload, policy="lmstream", traffic="constant", rate=args.rate, speedup=args.speedup,
                         seed=args.seed + rep, duration_s=args.backlog + args.after * args.speedup,
                         run_dir=run_dir, spark=spark, output="noop", controller={"catch_up": rule})

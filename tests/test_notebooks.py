@@ -335,6 +335,29 @@ def check_kafka(nb, run_dir: Path, summary: dict) -> None:
     assert "broker up in" in text_of(nb)
 
 
+def check_backlogs_and_windows(nb, run_dir: Path, summary: dict) -> None:
+    backlog = summary["backlog_s"]
+    chunks, whole = summary["backlog"]["chunks"], summary["backlog"]["all"]
+    for run in (chunks, whole):  # every dataset once: the spans tile the spool from 0
+        spans = run["spans"]
+        assert spans[0][0] == 0 and all(a[1] == b[0] for a, b in zip(spans, spans[1:])), spans
+    # LMStream's rule takes the backlog in one batch; the controller in chunks, timed once drained
+    assert whole["spans"][0] == [0, backlog] or whole["spans"][0][1] >= backlog, whole["spans"]
+    held = [s for s in chunks["spans"] if s[0] < backlog]
+    assert len(held) >= 2 and chunks["reasons"][0] == "catch-up", chunks
+    assert sum(x is not None for x in chunks["catch_up_s"]) == 1, chunks["catch_up_s"]
+    windows = summary["windows"]
+    assert {"window", "emit"} <= set(windows["lmstream, window target"]["reasons"]), windows
+    for label, run in windows.items():  # 200 s of a 60 s window: [0, 60), [60, 120) and [120, 180) close
+        assert run["windows_emitted"] >= 2 and len(run["result_latency_s"]) >= 2, (label, run)
+    # the window target batches generously: fewer batches than asap's one per dataset
+    assert windows["lmstream, window target"]["batches"] < windows["asap"]["batches"], windows
+    titles = [str(out["data"].get(PLOTLY_MIME, {}).get("layout", {}).get("title", {}).get("text", ""))
+              for out in plotly_outputs(nb)]
+    assert "Result latency per window (wall s)" in titles, titles
+    assert "A restart with a backlog: catch-up chunks against one batch" in titles, titles
+
+
 CHECKS = {
     "00_quickstart": check_quickstart,
     "01_dynamic_batching": check_dynamic_batching,
@@ -347,6 +370,7 @@ CHECKS = {
     "08_parallelism_tuning": check_parallelism_tuning,
     "09_live_reconfiguration": check_live_reconfiguration,
     "10_kafka": check_kafka,
+    "11_backlogs_and_windows": check_backlogs_and_windows,
     "lab_01_latency_bounds": check_lab,
 }
 

@@ -80,8 +80,9 @@ def _display(df: pd.DataFrame, formats: Mapping[str, Callable[[Any], str]]) -> p
 
 
 def _claims_display(table: pd.DataFrame) -> pd.DataFrame:
-    shown = table[["claim", "paper", "ours", "where", "agrees"]]
-    return _display(shown, {"agrees": _fmt_verdict, "where": lambda w: str(w) if w else "–"})
+    columns = [c for c in ("claim", "paper", "ours", "where", "measured", "agrees") if c in table.columns]
+    return _display(table[columns], {"agrees": _fmt_verdict, "where": lambda w: str(w) if w else "–",
+                                     "measured": lambda m: str(m) if m else "–"})
 
 
 _SUMMARY_HEADERS = {

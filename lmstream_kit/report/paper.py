@@ -273,4 +273,52 @@ def claims(results: pd.DataFrame, capacity: pd.DataFrame | None = None) -> pd.Da
 
     out = pd.DataFrame(rows, columns=["claim", "paper", "ours", "where", "agrees", "value"])
     out["agrees"] = out["agrees"].astype(object).where(out["agrees"].notna(), None)
+    # how each row was measured: which cells (load, length, repetitions) or the capacity search
+    pair = sweep[sweep["policy"].isin(("lmstream", "fixed"))] if not _empty(sweep) and "policy" in sweep else None
+    both = results[results["policy"].isin(("lmstream", "fixed"))] if not _empty(results) and "policy" in results \
+        else None
+    lm_sweep = sweep[sweep["policy"] == "lmstream"] if not _empty(sweep) and "policy" in sweep else None
+    sliding = (lm_sweep[lm_sweep["window_kind"] == "sliding"]
+               if lm_sweep is not None and "window_kind" in lm_sweep else lm_sweep)
+    basis = {"1.": both, "1b": over, "2.": both, "2c": pair, "3.": sliding, "4.": lm_sweep}
+    out["measured"] = [
+        _how_capacity(capacity) if claim.startswith("2b") else _how(basis.get(claim[:2]))
+        for claim in out["claim"]
+    ]
     return out
+
+
+def _how(cells: pd.DataFrame | None) -> str:
+    """How a claim's cells were measured: how many, how long, at what load, how often.
+
+    >>> _how(pd.DataFrame({"duration_s": [120.0] * 4, "rate": [1000.0] * 4, "traffic": ["constant", "random"] * 2,
+    ...                    "rep": [0] * 4}))
+    '4 runs of 120 simulated s at 1,000 rows/s (constant, random traffic), 1 repetition per cell'
+    """
+    if cells is None or _empty(cells):
+        return ""
+    def values(column: str) -> list:
+        return sorted(set(cells[column].dropna())) if column in cells else []
+
+    text = f"{len(cells)} runs"
+    if values("duration_s"):
+        text += " of " + "/".join(f"{d:g}" for d in values("duration_s")) + " simulated s"
+    if values("rate"):
+        text += " at " + "/".join(f"{r:,.0f}" for r in values("rate")) + " rows/s"
+    if values("traffic"):
+        text += " (" + ", ".join(map(str, values("traffic"))) + " traffic)"
+    reps = len(values("rep")) or 1
+    return text + f", {reps} repetition{'s' if reps > 1 else ''} per cell"
+
+
+def _how_capacity(capacity: pd.DataFrame | None) -> str:
+    """How the capacity search measured: probe runs, their length, repetitions at the bounds."""
+    if capacity is None or _empty(capacity):
+        return ""
+    runs = len(capacity)
+    durations = sorted(set(capacity["duration_s"].dropna())) if "duration_s" in capacity else []
+    reps = int(capacity["rep"].max()) + 1 if "rep" in capacity and capacity["rep"].notna().any() else 1
+    text = f"capacity search: {runs} probe runs"
+    if durations:
+        text += " of " + "/".join(f"{d:g}" for d in durations) + " simulated s"
+    return text + (f", up to {reps} runs per rate" if reps > 1 else ", 1 run per rate")
