@@ -498,6 +498,10 @@ def bench(queries, policies, traffic, duration, repeat, speedup, rate, spread, s
     console.print(f"results: {out / ('results.' + results_format)}   report: {result.report}")
     if reproduction is not None:
         console.print(f"reproduction report: {reproduction}")
+    if result.meta.get("failed"):
+        click.echo(f"error: bench stopped early: {result.meta['failed']}; the cells before it and what it "
+                   f"measured are in {out}", err=True)
+        sys.exit(1)
 
 
 @cli.command()

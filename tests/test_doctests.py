@@ -44,6 +44,7 @@ MODULES = [
     "lmstream_kit.optimizer.runner",
     "lmstream_kit.plots.batches",
     "lmstream_kit.plots.bench",
+    "lmstream_kit.plots.windows",
     "lmstream_kit.plots.plan",
     "lmstream_kit.plots.records",
     "lmstream_kit.rapids",

@@ -163,6 +163,7 @@ def run_bench(
         total = len(cells) + len(warm)
         done = 0
         warmed: set[str] = set()
+        failed: Optional[str] = None
         for cell in cells:
             workload = cfg.workload(cell["query"])
             if cfg.warmup_s > 0 and workload.name not in warmed:
@@ -179,13 +180,22 @@ def run_bench(
             seed = cfg.seed + cell["rep"]
             name = f"{workload.name}-{cell['policy']}-{cell['traffic']}-r{cell['rep']}"
             run_dir = out / "runs" / (f"{name}-overload" if overload else name)
-            metrics, cpu, _ = runner.run(workload.name, cell["policy"], cell["traffic"], rate=cell["rate"],
-                                         seed=seed, duration_s=cfg.duration_s, run_dir=run_dir)
+            try:
+                metrics, cpu, _ = runner.run(workload.name, cell["policy"], cell["traffic"], rate=cell["rate"],
+                                             seed=seed, duration_s=cfg.duration_s, run_dir=run_dir)
+            except Exception as exc:  # noqa: BLE001  (a cell whose stream failed: keep what it measured)
+                from ..exceptions import one_line
+                from ..metrics import METRICS_FILE, load_metrics
+
+                failed = f"{label} failed: {one_line(exc)}"
+                metrics = load_metrics(run_dir) if (run_dir / METRICS_FILE).exists() else pd.DataFrame()
+                cpu = None
             row = cell_row(metrics, workload=workload, policy=cell["policy"], traffic=cell["traffic"],
                            rep=cell["rep"], seed=seed, rate=cell["rate"], speedup=cfg.speedup,
                            duration_s=cfg.duration_s, cpu=cpu)
             row.update(run_dir=str(run_dir.relative_to(out)), spark_version=meta["spark_version"],
-                       feed="spool" if cfg.feed is None else "kafka", load=cell["load"])
+                       feed="spool" if cfg.feed is None else "kafka", load=cell["load"],
+                       failed=None if failed is None else failed.split(" failed: ", 1)[1])
             rows.append(row)
             cells_log.append(row)
             batch_records.extend({**b, "rate": cell["rate"], "load": cell["load"]}
@@ -193,10 +203,13 @@ def run_bench(
                                                      traffic=cell["traffic"], rep=cell["rep"], speedup=cfg.speedup))
             done += 1
             notify({"phase": "sweep", "done": done, "total": total, "label": label})
+            if failed is not None:  # its session may be gone with it (a JVM out of heap): stop here
+                meta["failed"] = failed
+                break
         cells_log.close()
 
         probes: list[dict] = []
-        if cfg.capacity:
+        if cfg.capacity and failed is None:
             probes = _capacity(cfg, runner, out, notify)
 
         results = pd.DataFrame(rows)

@@ -39,6 +39,7 @@ from .plan import (
 )
 from .records import EMPTY_TEXT, change_markers, records_frame
 from .tuning import bottleneck_figure, overhead_figure, parallelism_figure, reconfigurations, tuner_figures
+from .windows import catch_up_figure, result_latency_figure
 
 __all__ = [
     "DEVICE_COLORS",
@@ -46,6 +47,7 @@ __all__ = [
     "PLAN_NODE_COLORS",
     "batch_size_figure",
     "bottleneck_figure",
+    "catch_up_figure",
     "change_markers",
     "device_plan_figure",
     "fig_avg_latency",
@@ -58,6 +60,7 @@ __all__ = [
     "inflection_figure",
     "joins_figure",
     "latency_figure",
+    "result_latency_figure",
     "latest_plan",
     "overhead_figure",
     "parallelism_figure",

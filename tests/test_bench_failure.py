@@ -1,0 +1,70 @@
+"""A bench whose cell's stream fails keeps what it measured and says so (no Spark: the engine is faked)."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+
+from lmstream_kit.bench import BenchConfig, run_bench
+from lmstream_kit.exceptions import EngineError
+
+
+class FakeEngine:
+    master = "local[2]"
+    spark = None
+
+    def __init__(self, **kwargs):
+        pass
+
+    def open(self):
+        return self
+
+    def close(self):
+        pass
+
+    def query_window(self, workload):
+        return workload.window_range_s, workload.slide_s
+
+    def driver_pid(self):
+        return None
+
+    def spark_version(self):
+        return "fake"
+
+    def java_version(self):
+        return "fake"
+
+
+def fake_run(self, query, policy, traffic, *, rate, seed, duration_s, run_dir, catch_up_s=None):
+    """Writes two batches to the run's metrics (as a stream does as it goes); fixed then fails."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    batches = [{"batch_id": i, "rows": 100, "max_latency_s": 4.0 + 3 * i, "avg_latency_s": 2.0, "processing_s": 0.5,
+                "oldest_arrival": 10.0 * i, "completed_at": 10.0 * i + 4.0, "admitted_at": 10.0 * i + 3.5,
+                "bytes": 6400, "buffering_s": 3.5, "bound_s": 5.0, "policy": policy} for i in (1, 2)]
+    (run_dir / "metrics.jsonl").write_text("".join(json.dumps(b) + "\n" for b in batches))
+    if policy == "fixed" and rate > 1000:
+        raise EngineError("stream LR2S-fixed failed: java.lang.OutOfMemoryError: Java heap space")
+    from lmstream_kit.metrics import load_metrics
+
+    return load_metrics(run_dir), None, True
+
+
+def test_a_failed_cell_stops_the_bench_keeping_its_batches_and_the_cells_before(tmp_path, monkeypatch):
+    monkeypatch.setattr("lmstream_kit.engine.adapter.SparkEngine", FakeEngine)
+    monkeypatch.setattr("lmstream_kit.bench.run._Runner.run", fake_run)
+    cfg = BenchConfig(queries=["LR2S"], policies=["lmstream", "fixed", "asap"], traffic=["constant"],
+                      warmup_s=0, duration_s=20, overload={"LR2S": 2000}, capacity=True)
+    result = run_bench(cfg, tmp_path / "b")
+    rows = result.results
+    assert list(zip(rows["policy"], rows["load"])) == [("lmstream", "sweep"), ("fixed", "sweep"), ("asap", "sweep"),
+                                                       ("lmstream", "overload"), ("fixed", "overload")]
+    assert rows["failed"].tolist()[:4] == [None] * 4
+    assert "OutOfMemoryError" in rows["failed"].iloc[-1]
+    assert result.meta["failed"].startswith("LR2S fixed constant r0 overload 2000 rows/s failed: ")
+    over = result.batches[(result.batches["load"] == "overload") & (result.batches["policy"] == "fixed")]
+    assert over["max_latency_s"].tolist() == [7.0, 10.0]  # what the failed cell measured is kept
+    assert result.capacity.empty  # the search does not start on a session that may be gone
+    assert (tmp_path / "b" / "results.parquet").exists() and (tmp_path / "b" / "report.html").exists()
+    assert pd.read_parquet(tmp_path / "b" / "results.parquet")["failed"].notna().sum() == 1
