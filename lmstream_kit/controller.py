@@ -572,12 +572,11 @@ class AdmissionController(BatchController):
         seconds = [s for d in pending if (s := getattr(d, "second", None)) is not None]
         if not seconds:
             return False
-        lateness = self._p["lateness_s"]
-        # the watermark after what was admitted; before any admission, the first window with data is open
-        seen = self._admitted_second
-        mark = seen - lateness if seen is not None else min(seconds)
-        next_end = (math.floor(mark / period) + 1) * period  # the end of the oldest open window
-        return max(seconds) - lateness >= next_end - _TIE_EPS_S
+        from .service_model import windows_closed
+
+        # the watermark passes a window's end between what was admitted and what is pending
+        return windows_closed(self._admitted_second, max(seconds), period, self._p["lateness_s"],
+                              first_s=min(seconds)) > 0
 
     def _note_admitted(self, admitted: Sequence) -> None:
         seconds = [s for d in admitted if (s := getattr(d, "second", None)) is not None]
