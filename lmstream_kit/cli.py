@@ -211,6 +211,21 @@ def run(workload, traffic, rate, spread, policy, trigger_s, slide_s, tumbling, t
     _summary_table(stream, summary)
 
 
+#: named sweeps of ``bench --preset`` (option names as the command's parameters)
+BENCH_PRESETS = {
+    "paper": {"duration": 120.0, "speedup": 2.0, "rate": 1000.0, "capacity": True, "capacity_duration": 40.0,
+              "capacity_budget": 6 * 3600.0, "overloads": ("LR2S=2000", "LR1S=2000")},
+}
+
+
+def _given_options(ctx) -> set:
+    """The parameters of ``ctx`` that the command line (or the environment) set, not their defaults."""
+    from click.core import ParameterSource
+
+    return {name for name in ctx.params
+            if ctx.get_parameter_source(name) not in (ParameterSource.DEFAULT, ParameterSource.DEFAULT_MAP)}
+
+
 def _overloads(items) -> dict:
     """``--overload QUERY=RATE`` options as ``{query: rate}``; a malformed one is a one-line error."""
     out = {}
@@ -467,8 +482,9 @@ def compare(run_dirs):
 @click.option("--jars", default=None, help="Comma-separated jars for Spark (spark.jars).")
 @click.option("--feed", default=None, metavar="kafka://HOST:PORT/PREFIX", help="Send every run's traffic through a Kafka topic of its own (PREFIX-RUN-START, created) and stream from it; ?format=avro for Avro values [default: the spool].")
 @click.option("--kafka-partitions", default=2, show_default=True, type=int, help="Partitions of each topic of --feed.")
+@click.option("--preset", default=None, type=click.Choice(sorted(BENCH_PRESETS)), help="Start from a named sweep; options given explicitly override it. paper: the reproduction of docs/reproduction.md (all six queries, three policies, both traffic kinds, 120 simulated s at speedup 2, the capacity search with a 6 h budget, overload cells for Fig. 1 at 2,000 rows/s on LR2S and LR1S).")
 @click.option("--out", "out", required=True, type=click.Path(path_type=Path), help="Bench directory.")
-def bench(queries, policies, traffic, duration, repeat, speedup, rate, spread, seed, trigger_s, warmup_s, capacity, capacity_duration, capacity_start, capacity_probes, capacity_budget, overloads, tumbling_target, service_model, catch_up, output, master, results_format, reproduction, notes, device_mode, optimizer, confs, jars, feed, kafka_partitions, out):
+def bench(queries, policies, traffic, duration, repeat, speedup, rate, spread, seed, trigger_s, warmup_s, capacity, capacity_duration, capacity_start, capacity_probes, capacity_budget, overloads, tumbling_target, service_model, catch_up, output, master, results_format, reproduction, notes, device_mode, optimizer, confs, jars, feed, kafka_partitions, preset, out):
     """Run queries x policies x traffic and write results.parquet and report.html.
 
     Every cell runs to the end of its traffic on one SparkSession; the same
@@ -478,6 +494,16 @@ def bench(queries, policies, traffic, duration, repeat, speedup, rate, spread, s
     """
     from .bench import BenchConfig, command_line, run_bench
 
+    if preset is not None:  # the preset's values, where the option was not given
+        given = _given_options(click.get_current_context())
+        values = {k: v for k, v in BENCH_PRESETS[preset].items() if k not in given}
+        duration = values.get("duration", duration)
+        speedup = values.get("speedup", speedup)
+        rate = values.get("rate", rate)
+        capacity = values.get("capacity", capacity)
+        capacity_duration = values.get("capacity_duration", capacity_duration)
+        capacity_budget = values.get("capacity_budget", capacity_budget)
+        overloads = values.get("overloads", overloads)
     cfg = BenchConfig(
         queries=queries, policies=policies, traffic=traffic, duration_s=duration, repeat=repeat,
         speedup=speedup, rate=rate, spread=spread, seed=seed, trigger_s=trigger_s, warmup_s=warmup_s,

@@ -68,3 +68,28 @@ def test_a_failed_cell_stops_the_bench_keeping_its_batches_and_the_cells_before(
     assert result.capacity.empty  # the search does not start on a session that may be gone
     assert (tmp_path / "b" / "results.parquet").exists() and (tmp_path / "b" / "report.html").exists()
     assert pd.read_parquet(tmp_path / "b" / "results.parquet")["failed"].notna().sum() == 1
+
+
+def test_the_paper_preset_fills_the_sweep_and_explicit_options_win(tmp_path, monkeypatch):
+    from click.testing import CliRunner
+
+    from lmstream_kit.cli import cli
+
+    seen = {}
+
+    class Stop(Exception):
+        pass
+
+    def fake_run_bench(cfg, out, **kwargs):
+        seen["cfg"] = cfg
+        raise Stop
+
+    monkeypatch.setattr("lmstream_kit.bench.run_bench", fake_run_bench)
+    result = CliRunner().invoke(cli, ["bench", "--preset", "paper", "--duration", "60", "--out", str(tmp_path / "b")])
+    assert isinstance(result.exception, Stop), result.output
+    cfg = seen["cfg"]
+    assert (cfg.duration_s, cfg.speedup, cfg.rate, cfg.capacity, cfg.capacity_duration_s) == (60.0, 2.0, 1000.0, True, 40.0)
+    assert cfg.overload == {"LR2S": 2000.0, "LR1S": 2000.0} and cfg.capacity_budget_s == 6 * 3600.0
+    assert len(cfg.queries) == 6 and cfg.policies == ("lmstream", "fixed", "asap")
+    bad = CliRunner().invoke(cli, ["bench", "--preset", "fast", "--out", str(tmp_path / "c")])
+    assert bad.exit_code == 2 and "'fast' is not 'paper'" in bad.output
