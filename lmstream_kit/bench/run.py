@@ -163,7 +163,7 @@ def run_bench(
         total = len(cells) + len(warm)
         done = 0
         warmed: set[str] = set()
-        failed: Optional[str] = None
+        failed: Optional[str] = None  # the failed cell's error, one line
         for cell in cells:
             workload = cfg.workload(cell["query"])
             if cfg.warmup_s > 0 and workload.name not in warmed:
@@ -187,7 +187,7 @@ def run_bench(
                 from ..exceptions import one_line
                 from ..metrics import METRICS_FILE, load_metrics
 
-                failed = f"{label} failed: {one_line(exc)}"
+                failed = one_line(exc)
                 metrics = load_metrics(run_dir) if (run_dir / METRICS_FILE).exists() else pd.DataFrame()
                 cpu = None
             row = cell_row(metrics, workload=workload, policy=cell["policy"], traffic=cell["traffic"],
@@ -195,7 +195,7 @@ def run_bench(
                            duration_s=cfg.duration_s, cpu=cpu)
             row.update(run_dir=str(run_dir.relative_to(out)), spark_version=meta["spark_version"],
                        feed="spool" if cfg.feed is None else "kafka", load=cell["load"],
-                       failed=None if failed is None else failed.split(" failed: ", 1)[1])
+                       failed=failed)
             rows.append(row)
             cells_log.append(row)
             batch_records.extend({**b, "rate": cell["rate"], "load": cell["load"]}
@@ -204,7 +204,7 @@ def run_bench(
             done += 1
             notify({"phase": "sweep", "done": done, "total": total, "label": label})
             if failed is not None:  # its session may be gone with it (a JVM out of heap): stop here
-                meta["failed"] = failed
+                meta["failed"] = f"{label} failed: {failed}"
                 break
         cells_log.close()
 
