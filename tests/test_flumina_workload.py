@@ -181,8 +181,8 @@ def test_workers_rescale_tags_migrate_and_the_logic_swaps_while_the_stream_runs(
         ("flumina_workers", "committed"), ("flumina_plan", "committed"), ("flumina_logic", "aborted"),
         ("flumina_logic", "committed"), ("flumina_logic", "aborted")]
     assert "No module named 'test_flumina_workload'" in txns[2]["reason"]
-    assert txns[4]["reason"].startswith(f"logic 'broken' failed on batch {txns[4]['batch_id']}, which ran again "
-                                        "under 'doubled': ") and "no update for" in txns[4]["reason"]
+    assert txns[4]["reason"].startswith(f"logic 'broken' failed on batch {txns[4].get('batch_id')}, which ran again "
+                                        "under 'doubled': ") and "no update for" in txns[4]["reason"], txns[4]
     del txns[2]
     swap_batch = txns[2]["batch_id"]
     by_batch = {r["batch_id"]: r for r in s.records}
