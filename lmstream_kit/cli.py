@@ -214,7 +214,9 @@ def run(workload, traffic, rate, spread, policy, trigger_s, slide_s, tumbling, t
 #: named sweeps of ``bench --preset`` (option names as the command's parameters)
 BENCH_PRESETS = {
     "paper": {"duration": 120.0, "speedup": 2.0, "rate": 1000.0, "capacity": True, "capacity_duration": 40.0,
-              "capacity_budget": 6 * 3600.0, "overloads": ("LR2S=2000", "LR1S=2000")},
+              "capacity_budget": 6 * 3600.0, "overloads": ("LR2S=2000", "LR1S=2000"),
+              # at Spark's 1 GiB the fixed trigger's growing LR1S batches at 2,000 rows/s ran out of heap
+              "confs": ("spark.driver.memory=4g",)},
 }
 
 
@@ -482,9 +484,10 @@ def compare(run_dirs):
 @click.option("--jars", default=None, help="Comma-separated jars for Spark (spark.jars).")
 @click.option("--feed", default=None, metavar="kafka://HOST:PORT/PREFIX", help="Send every run's traffic through a Kafka topic of its own (PREFIX-RUN-START, created) and stream from it; ?format=avro for Avro values [default: the spool].")
 @click.option("--kafka-partitions", default=2, show_default=True, type=int, help="Partitions of each topic of --feed.")
-@click.option("--preset", default=None, type=click.Choice(sorted(BENCH_PRESETS)), help="Start from a named sweep; options given explicitly override it. paper: the reproduction of docs/reproduction.md (all six queries, three policies, both traffic kinds, 120 simulated s at speedup 2, the capacity search with a 6 h budget, overload cells for Fig. 1 at 2,000 rows/s on LR2S and LR1S).")
+@click.option("--preset", default=None, type=click.Choice(sorted(BENCH_PRESETS)), help="Start from a named sweep; options given explicitly override it. paper: the reproduction of docs/reproduction.md (all six queries, three policies, both traffic kinds, 120 simulated s at speedup 2, the capacity search with a 6 h budget, overload cells for Fig. 1 at 2,000 rows/s on LR2S and LR1S, a 4 GiB driver heap; a --conf given adds to its confs).")
+@click.option("--resume", is_flag=True, default=False, help="Go on with the interrupted bench in --out: the cells and capacity probes it finished are kept, the rest run. Give the same options (a setting that changes what a cell measures is refused).")
 @click.option("--out", "out", required=True, type=click.Path(path_type=Path), help="Bench directory.")
-def bench(queries, policies, traffic, duration, repeat, speedup, rate, spread, seed, trigger_s, warmup_s, capacity, capacity_duration, capacity_start, capacity_probes, capacity_budget, overloads, tumbling_target, service_model, catch_up, output, master, results_format, reproduction, notes, device_mode, optimizer, confs, jars, feed, kafka_partitions, preset, out):
+def bench(queries, policies, traffic, duration, repeat, speedup, rate, spread, seed, trigger_s, warmup_s, capacity, capacity_duration, capacity_start, capacity_probes, capacity_budget, overloads, tumbling_target, service_model, catch_up, output, master, results_format, reproduction, notes, device_mode, optimizer, confs, jars, feed, kafka_partitions, preset, resume, out):
     """Run queries x policies x traffic and write results.parquet and report.html.
 
     Every cell runs to the end of its traffic on one SparkSession; the same
@@ -504,6 +507,7 @@ def bench(queries, policies, traffic, duration, repeat, speedup, rate, spread, s
         capacity_duration = values.get("capacity_duration", capacity_duration)
         capacity_budget = values.get("capacity_budget", capacity_budget)
         overloads = values.get("overloads", overloads)
+        confs = (*BENCH_PRESETS[preset].get("confs", ()), *confs)  # merged: a given key wins
     cfg = BenchConfig(
         queries=queries, policies=policies, traffic=traffic, duration_s=duration, repeat=repeat,
         speedup=speedup, rate=rate, spread=spread, seed=seed, trigger_s=trigger_s, warmup_s=warmup_s,
@@ -517,7 +521,7 @@ def bench(queries, policies, traffic, duration, repeat, speedup, rate, spread, s
     notes_text = notes.read_text() if notes is not None else None
     result = _with_bench_progress(
         lambda progress: run_bench(cfg, out, progress=progress, command=command_line(),
-                                   reproduction=reproduction, notes=notes_text)
+                                   reproduction=reproduction, notes=notes_text, resume=resume)
     )
     _bench_table(result.results)
     console = _console()

@@ -190,6 +190,16 @@ def test_small_sweep_through_the_cli_writes_one_row_per_cell_and_the_report(tmp_
     assert proc.returncode == 0, proc.stderr
     assert (out / "report.html").exists()
 
+    # the same command with --resume keeps every cell and probe it finds finished: nothing runs again
+    proc = subprocess.run([*cmd[:-2], "--resume"], capture_output=True, text=True, timeout=900, env=env)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    again = pd.read_parquet(out / "results.parquet")
+    kept = ["query", "policy", "rows", "batches", "cpu_jvm_s", "max_latency_max_s"]  # measured once: the same
+    assert again[kept].to_dict("records") == results[kept].to_dict("records")
+    assert pd.read_parquet(out / "batches.parquet")[["policy", "rows"]].equals(batches[["policy", "rows"]])
+    assert pd.read_parquet(out / "capacity.parquet")[["rate", "status"]].equals(capacity[["rate", "status"]])
+    assert json.loads((out / "bench.json").read_text())["resumed_at"]
+
 
 def test_report_of_a_directory_that_is_no_bench_is_a_one_line_error(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "lmstream_kit.cli", "report", str(tmp_path)],

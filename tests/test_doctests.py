@@ -20,6 +20,7 @@ MODULES = [
     "lmstream_kit.admission",
     "lmstream_kit.bench",
     "lmstream_kit.bench.capacity",
+    "lmstream_kit.bench.resume",
     "lmstream_kit.cpu",
     "lmstream_kit.controller",
     "lmstream_kit.devices",

@@ -27,7 +27,7 @@ CAPACITY_REPS = 2
 STATUSES = ("bracketed", "open", "not-converged", "none-passed")
 #: the columns of a probe row (``capacity.parquet``); ``lo``, ``hi`` and ``status`` are the search's after it
 PROBE_COLUMNS = ["query", "policy", "probe", "rate", "rep", "seed", "duration_s", "within_bound", "passed",
-                 "batches", "caught_up", "lo", "hi", "status"]
+                 "batches", "caught_up", "wall_s", "lo", "hi", "status"]
 
 
 class CapacitySearch:
@@ -196,6 +196,7 @@ def search_pairs(
     clock: Callable[[], float] = time.monotonic,
     notify: Optional[ProgressFn] = None,
     on_row: Optional[Callable[[dict], None]] = None,
+    prior: Sequence[dict] = (),
 ) -> list[dict]:
     """Run a :class:`CapacitySearch` for each pair; one row (:data:`PROBE_COLUMNS`) per run.
 
@@ -208,7 +209,9 @@ def search_pairs(
     left without any probe gets a row with no rate.  ``notify`` gets the
     bench's progress events; ``total`` is an upper bound of the runs, which
     shrinks as pairs finish under their ``max_probes``.  ``on_row`` gets each
-    run's row as soon as it is complete (the bench's crash-safe log).
+    run's row as soon as it is complete (the bench's crash-safe log).  ``prior``: the rows of an
+    interrupted search (that log), replayed into the searches before any probe runs; their
+    ``wall_s`` counts against the budget.
 
     Examples
     --------
@@ -223,7 +226,15 @@ def search_pairs(
     most = {pair: s.max_probes for pair, s in searches.items()}  # each pair's runs at most
     rows: dict = {pair: [] for pair in pairs}
     state = {"done": 0}
-    started = clock()
+    spent = 0.0
+    for row in sorted(prior, key=lambda r: int(r["probe"])):
+        pair = (row["query"], row["policy"])
+        if pair in searches:
+            searches[pair].record(row["rate"], row["passed"])
+            rows[pair].append(row)
+            state["done"] += 1
+            spent += float(row.get("wall_s") or 0.0)
+    started = clock() - spent
 
     def event(label: str) -> None:
         notify({"phase": "capacity", "done": state["done"], "total": sum(most.values()), "label": label})
@@ -275,8 +286,9 @@ def _bracket_label(search: CapacitySearch) -> str:
 
 
 def _capacity(cfg: BenchConfig, runner: _Runner, out: Path, notify: ProgressFn,
-              clock: Callable[[], float] = time.monotonic) -> list[dict]:
-    """Bracket each (query, policy)'s highest rate that meets the bound for 95% of batches."""
+              clock: Callable[[], float] = time.monotonic, prior: Sequence[dict] = ()) -> list[dict]:
+    """Bracket each (query, policy)'s highest rate that meets the bound for 95% of batches
+    (``prior``: the probes of an interrupted bench, kept)."""
     from ..metrics import JsonlWriter
 
     log = JsonlWriter(out / "capacity.jsonl")
@@ -288,6 +300,7 @@ def _capacity(cfg: BenchConfig, runner: _Runner, out: Path, notify: ProgressFn,
         # bounds to catch up; a stream that cannot is overloaded
         catch_up = 2 * bound + (cfg.trigger_s / cfg.speedup if policy == "fixed" else 0.0) + 2.0
         run_dir = out / "runs" / f"capacity-{query}-{policy}-{rate}-r{rep}"
+        began = time.monotonic()
         metrics, _, caught_up = runner.run(query, policy, "constant", rate=rate, seed=cfg.seed + rep,
                                            duration_s=cfg.capacity_duration_s, run_dir=run_dir,
                                            catch_up_s=catch_up)
@@ -296,7 +309,8 @@ def _capacity(cfg: BenchConfig, runner: _Runner, out: Path, notify: ProgressFn,
         shutil.rmtree(run_dir / "spool", ignore_errors=True)  # probes keep metrics, not input
         measured = {"seed": cfg.seed + rep, "duration_s": float(cfg.capacity_duration_s),
                     "within_bound": share, "passed": bool(caught_up and share >= CAPACITY_SHARE),
-                    "batches": int(len(data)), "caught_up": bool(caught_up)}
+                    "batches": int(len(data)), "caught_up": bool(caught_up),
+                    "wall_s": round(time.monotonic() - began, 3)}
         return measured
 
     def make_search() -> CapacitySearch:
@@ -305,10 +319,11 @@ def _capacity(cfg: BenchConfig, runner: _Runner, out: Path, notify: ProgressFn,
 
     try:
         rows = search_pairs([(q, p) for q in cfg.queries for p in cfg.policies], probe, make_search,
-                            budget_s=cfg.capacity_budget_s, clock=clock, notify=notify, on_row=log.append)
+                            budget_s=cfg.capacity_budget_s, clock=clock, notify=notify, on_row=log.append,
+                            prior=prior)
     finally:
         log.close()
     unprobed = {"seed": cfg.seed, "duration_s": float(cfg.capacity_duration_s), "within_bound": math.nan,
-                "batches": 0, "caught_up": False}
+                "batches": 0, "caught_up": False, "wall_s": math.nan}
     return [{**unprobed, **row, **{k: math.nan if row[k] is None else float(row[k]) for k in ("lo", "hi")}}
             for row in rows]

@@ -15,6 +15,7 @@ from .capacity import PROBE_COLUMNS, _capacity
 from .cells import batch_rows, cell_row
 from .config import BenchConfig, ProgressFn, _config_dict
 from .outputs import _kit_version, machine_info, write_outputs, write_reports
+from . import resume as _resume
 
 
 class _Runner:
@@ -112,11 +113,16 @@ def run_bench(
     command: Optional[str] = None,
     reproduction: Optional[Path] = None,
     notes: Optional[str] = None,
+    resume: bool = False,
 ) -> BenchResult:
     """Run the sweep (and the capacity search) and write results, figures and report.
 
     ``progress(event)`` is called before and after every cell/probe with
     ``{"phase", "done", "total", "label"}`` (``phase``: warmup, sweep, capacity).
+    ``resume``: go on with the bench in ``out`` that was interrupted; the cells and capacity
+    probes it finished are kept and only the rest run (:mod:`~lmstream_kit.bench.resume`; a
+    ConfigError where the command measures differently).  Without it, a bench in ``out`` is
+    started afresh.
     """
     import pandas as pd
 
@@ -131,6 +137,8 @@ def run_bench(
         raise ConfigError(f"cannot create bench directory {out}: {exc.strerror}") from None
     notify = progress or (lambda event: None)
     started = datetime.now(timezone.utc)
+    settings = _config_dict(cfg)
+    saved = _resume.check(out, settings) if resume else None  # refused before Spark starts
     if cfg.feed is not None:  # a broker that does not answer is one line, before Spark starts
         from ..feed.kafka import check_reachable, parse_kafka_uri
 
@@ -141,9 +149,17 @@ def run_bench(
         cfg.resolve_windows(engine.query_window)
         meter = CpuMeter(engine.driver_pid())
         runner = _Runner(cfg, out, engine.spark, meter, stamp=started.strftime("%Y%m%dT%H%M%S"))
+        now = started.isoformat(timespec="seconds")
+        if resume:
+            saved = _resume.resumed(out, saved, settings, now)
+            kept, prior = _resume.finished_cells(out), _resume.finished_probes(out)
+        else:
+            saved = _resume.start(out, settings, now)
+            kept, prior = {}, []
         meta = {
             "command": command or "run_bench(...)",
-            "started_at": started.isoformat(timespec="seconds"),
+            "started_at": saved.get("started_at") or now,
+            **({"resumed_at": saved["resumed_at"]} if saved.get("resumed_at") else {}),
             "machine": machine_info(),
             "python": platform.python_version(),
             "spark_version": engine.spark_version(),
@@ -159,13 +175,21 @@ def run_bench(
         rows: list[dict] = []
         batch_records: list[dict] = []
         cells = cfg.cells()
-        warm = [q for q in cfg.queries] if cfg.warmup_s > 0 else []
+        to_run = {cfg.workload(c["query"]).name for c in cells if _resume.cell_key(c) not in kept}
+        warm = [q for q in cfg.queries if q in to_run] if cfg.warmup_s > 0 else []
         total = len(cells) + len(warm)
         done = 0
         warmed: set[str] = set()
         failed: Optional[str] = None  # the failed cell's error, one line
         for cell in cells:
             workload = cfg.workload(cell["query"])
+            row = kept.get(_resume.cell_key(cell))
+            if row is not None:  # measured before the bench was interrupted
+                rows.append(row)
+                batch_records.extend(_batch_records(row, cell, workload, out, cfg.speedup))
+                done += 1
+                notify({"phase": "sweep", "done": done, "total": total, "label": f"kept {row['run_dir']}"})
+                continue
             if cfg.warmup_s > 0 and workload.name not in warmed:
                 label = f"warm-up {workload.name}"
                 notify({"phase": "warmup", "done": done, "total": total, "label": label})
@@ -198,9 +222,7 @@ def run_bench(
                        failed=failed)
             rows.append(row)
             cells_log.append(row)
-            batch_records.extend({**b, "rate": cell["rate"], "load": cell["load"]}
-                                 for b in batch_rows(metrics, workload=workload, policy=cell["policy"],
-                                                     traffic=cell["traffic"], rep=cell["rep"], speedup=cfg.speedup))
+            batch_records.extend(_batch_records(row, cell, workload, out, cfg.speedup, metrics))
             done += 1
             notify({"phase": "sweep", "done": done, "total": total, "label": label})
             if failed is not None:  # its session may be gone with it (a JVM out of heap): stop here
@@ -210,7 +232,7 @@ def run_bench(
 
         probes: list[dict] = []
         if cfg.capacity and failed is None:
-            probes = _capacity(cfg, runner, out, notify)
+            probes = _capacity(cfg, runner, out, notify, prior=prior)
 
         results = pd.DataFrame(rows)
         batches = pd.DataFrame(batch_records)
@@ -221,3 +243,14 @@ def run_bench(
         return BenchResult(results, batches, capacity, meta, out)
     finally:
         engine.close()
+
+
+def _batch_records(row: dict, cell: dict, workload, out: Path, speedup: float, metrics=None) -> list[dict]:
+    """The batch rows of one cell (``metrics`` None: read from its run directory, for a kept cell)."""
+    if metrics is None:
+        from ..metrics import load_metrics
+
+        metrics = load_metrics(out / row["run_dir"])
+    return [{**b, "rate": cell["rate"], "load": cell["load"]}
+            for b in batch_rows(metrics, workload=workload, policy=cell["policy"], traffic=cell["traffic"],
+                                rep=cell["rep"], speedup=speedup)]

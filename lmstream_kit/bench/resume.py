@@ -1,0 +1,133 @@
+"""Going on with an interrupted bench: what a bench directory already measured, and whether a
+command may resume it.
+
+A sweep with the capacity search runs for hours (``bench --preset paper``), longer than a
+laptop stays awake or a lab session lasts.  Every finished cell is a line of ``cells.jsonl``
+and every finished capacity probe a line of ``capacity.jsonl``, written as they finish; a
+bench started again with ``resume=True`` (``bench --resume``) keeps them and runs only the
+rest.  It must measure the same way: :data:`RESUME_KEYS` are the settings that change what a
+cell measures, and a command that differs in one of them from the directory's
+:data:`CONFIG_FILE` is refused with the first difference named.  The sweep's shape (queries,
+policies, traffic, repetitions, overload cells, the probe limit and the budget) may differ: a
+resumed bench runs the cells of its own command, keeping those already measured.
+
+A cell that failed, or whose run directory is gone, runs again; a probe cut short by the
+interruption was never logged, so it runs again too.  The capacity search replays the
+logged probes into its searches (each search asks for the same rates again) and counts
+their wall seconds against the budget.
+
+Examples
+--------
+>>> import tempfile, json
+>>> from pathlib import Path
+>>> d = Path(tempfile.mkdtemp())
+>>> start(d, {"speedup": 2.0, "duration_s": 120.0, "queries": ["LR2S"]}, "2026-11-25T02:00:00+00:00")
+{'config': {'speedup': 2.0, 'duration_s': 120.0, 'queries': ['LR2S']}, 'started_at': '2026-11-25T02:00:00+00:00', 'resumed_at': []}
+>>> check(d, {"speedup": 4.0, "duration_s": 120.0, "queries": ["LR1S"]})
+Traceback (most recent call last):
+...
+lmstream_kit.exceptions.ConfigError: cannot resume the bench in ... its speedup was 2.0, this command gives 4.0 (give the same options, or start a new bench directory)
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from ..exceptions import ConfigError
+from ..metrics import read_jsonl
+
+#: the settings of :class:`~lmstream_kit.bench.BenchConfig` a resumed bench must share with the one
+#: it resumes: each changes what a cell or a probe measures
+RESUME_KEYS = ("duration_s", "speedup", "spread", "seed", "trigger_s", "master", "output", "read",
+               "capacity_duration_s", "capacity_start", "capacity_max_rate", "spark_conf", "device_mode",
+               "optimizer", "feed", "kafka_partitions", "tumbling_target", "catch_up", "service_model")
+#: the bench directory's file with the settings it was started with (written when it starts)
+CONFIG_FILE = "bench-config.json"
+#: the logs of finished cells and capacity probes, appended as each finishes
+CELLS_LOG = "cells.jsonl"
+PROBES_LOG = "capacity.jsonl"
+
+
+def cell_key(cell: Mapping[str, Any]) -> tuple:
+    """What identifies a cell of a sweep: query, policy, traffic, repetition, offered rate and load.
+
+    >>> cell_key({"query": "LR2S", "policy": "fixed", "traffic": "constant", "rep": 0, "rate": 2000,
+    ...           "load": "overload"})
+    ('LR2S', 'fixed', 'constant', 0, 2000.0, 'overload')
+    """
+    return (str(cell["query"]), str(cell["policy"]), str(cell["traffic"]), int(cell["rep"]),
+            float(cell["rate"]), str(cell.get("load") or "sweep"))
+
+
+def start(out: Path, config: Mapping[str, Any], started_at: str) -> dict:
+    """A fresh bench in ``out``: the logs of an older bench there are removed, the settings written."""
+    out = Path(out)
+    for name in (CELLS_LOG, PROBES_LOG):
+        (out / name).unlink(missing_ok=True)
+    return _write(out, {"config": dict(config), "started_at": started_at, "resumed_at": []})
+
+
+def check(out: Path, config: Mapping[str, Any]) -> dict | None:
+    """The settings file of the bench in ``out`` (None: it has none, from before this file was written);
+    a ConfigError where ``config`` differs from it in one of :data:`RESUME_KEYS`."""
+    path = Path(out) / CONFIG_FILE
+    if not path.exists():
+        return None
+    try:
+        saved = json.loads(path.read_text())
+        before = saved["config"]
+    except (ValueError, KeyError, TypeError):
+        raise ConfigError(f"cannot resume the bench in {out}: {path.name} is not a bench's settings file") from None
+    for key in RESUME_KEYS:
+        if key in before and key in config and not _same(before[key], config[key]):
+            raise ConfigError(f"cannot resume the bench in {out}: its {key} was {before[key]!r}, this command gives "
+                              f"{config[key]!r} (give the same options, or start a new bench directory)")
+    return saved
+
+
+def resumed(out: Path, saved: dict | None, config: Mapping[str, Any], now: str) -> dict:
+    """Record that the bench in ``out`` goes on at ``now``; returns its settings file's content."""
+    saved = dict(saved) if saved is not None else {"config": dict(config), "started_at": None, "resumed_at": []}
+    saved["resumed_at"] = [*saved.get("resumed_at", []), now]
+    return _write(Path(out), saved)
+
+
+def finished_cells(out: Path) -> dict:
+    """``{cell_key: row}`` of the cells ``out/cells.jsonl`` logged as finished without failing, whose run
+    directory is still there (the last row of a cell wins)."""
+    out = Path(out)
+    done: dict = {}
+    for row in read_jsonl(out / CELLS_LOG):
+        key = cell_key(row)
+        if row.get("failed") or not row.get("run_dir") or not (out / row["run_dir"]).is_dir():
+            done.pop(key, None)
+        else:
+            done[key] = row
+    return done
+
+
+def finished_probes(out: Path) -> list[dict]:
+    """The capacity probes ``out/capacity.jsonl`` logged, in the order they ran."""
+    return [row for row in read_jsonl(Path(out) / PROBES_LOG)
+            if isinstance(row.get("rate"), (int, float)) and not math.isnan(row["rate"])]
+
+
+def _same(a: Any, b: Any) -> bool:
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)) and not isinstance(a, bool):
+        return float(a) == float(b)
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    return a == b
+
+
+def _write(out: Path, content: dict) -> dict:
+    out.mkdir(parents=True, exist_ok=True)
+    tmp = out / (CONFIG_FILE + ".tmp")
+    tmp.write_text(json.dumps(content, indent=1, default=str) + "\n")
+    os.replace(tmp, out / CONFIG_FILE)
+    return content

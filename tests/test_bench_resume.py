@@ -1,0 +1,203 @@
+"""An interrupted bench goes on where it stopped (``bench --resume``): the bookkeeping, with the engine
+faked as in test_bench_failure (the cells' streams run on Spark in test_bench_spark)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from test_bench_failure import FakeEngine
+
+from lmstream_kit.bench import BenchConfig, run_bench
+from lmstream_kit.bench.capacity import CapacitySearch, search_pairs
+from lmstream_kit.exceptions import ConfigError
+
+
+class Interrupted(BaseException):
+    """What a laptop going to sleep or a session cut off does to a bench: not an error of a cell."""
+
+
+def make_run(calls, stop_at=None, capacity=3000):
+    """A cell that writes its batches' metrics as a stream does; ``stop_at``: interrupt that run (0-based).
+
+    A capacity probe passes below ``capacity`` rows/s (every batch within its bound) and fails above it.
+    """
+    def run(self, query, policy, traffic, *, rate, seed, duration_s, run_dir, catch_up_s=None):
+        if stop_at is not None and len(calls) == stop_at:
+            raise Interrupted
+        calls.append((run_dir.name, rate))
+        run_dir.mkdir(parents=True, exist_ok=True)
+        latency = 1.0 if rate <= capacity else 9.0
+        batches = [{"batch_id": i, "rows": 100, "max_latency_s": latency + i / 10, "avg_latency_s": 0.5,
+                    "processing_s": 0.4, "oldest_arrival": 5.0 * i, "completed_at": 5.0 * i + 1.0,
+                    "admitted_at": 5.0 * i + 0.6, "bytes": 6400, "buffering_s": 0.6, "bound_s": 5.0,
+                    "policy": policy} for i in (1, 2, 3)]
+        (run_dir / "metrics.jsonl").write_text("".join(json.dumps(b) + "\n" for b in batches))
+        from lmstream_kit.metrics import load_metrics
+
+        return load_metrics(run_dir), {"jvm_s": 1.0 + len(calls)}, rate <= capacity
+
+    return run
+
+
+@pytest.fixture
+def fake(monkeypatch):
+    monkeypatch.setattr("lmstream_kit.engine.adapter.SparkEngine", FakeEngine)
+
+    def use(run):
+        monkeypatch.setattr("lmstream_kit.bench.run._Runner.run", run)
+
+    return use
+
+
+def config(**kw):
+    kw = {"queries": ["LR2S"], "policies": ["lmstream", "fixed", "asap"], "traffic": ["constant", "random"],
+          "warmup_s": 5.0, "duration_s": 20.0, "speedup": 2.0, **kw}
+    return BenchConfig(**kw)
+
+
+def test_a_resumed_sweep_keeps_the_finished_cells_and_runs_only_the_rest(tmp_path, fake):
+    out = tmp_path / "b"
+    calls: list = []
+    fake(make_run(calls, stop_at=4))  # the warm-up, three cells, then the interruption
+    with pytest.raises(Interrupted):
+        run_bench(config(), out)
+    assert [c[0] for c in calls] == ["warmup-LR2S", "LR2S-lmstream-constant-r0", "LR2S-fixed-constant-r0",
+                                    "LR2S-asap-constant-r0"]
+    first = [json.loads(line) for line in (out / "cells.jsonl").read_text().splitlines()]
+
+    again: list = []
+    fake(make_run(again))
+    result = run_bench(config(), out, resume=True)
+    # the warm-up again (a fresh JVM pays for its cold code), then only the random-traffic cells
+    assert [c[0] for c in again] == ["warmup-LR2S", "LR2S-lmstream-random-r0", "LR2S-fixed-random-r0",
+                                    "LR2S-asap-random-r0"]
+    rows = result.results
+    assert list(zip(rows["policy"], rows["traffic"])) == [(p, t) for t in ("constant", "random")
+                                                          for p in ("lmstream", "fixed", "asap")]
+    assert rows["cpu_jvm_s"].tolist()[:3] == [r["cpu_jvm_s"] for r in first] == [3.0, 4.0, 5.0]  # kept as measured, not re-run
+    assert result.batches.groupby(["policy", "traffic"]).size().tolist() == [3] * 6  # kept cells' batches too
+    saved = json.loads((out / "bench-config.json").read_text())
+    assert len(saved["resumed_at"]) == 1 and result.meta["started_at"] == saved["started_at"]
+    assert result.meta["resumed_at"] == saved["resumed_at"]
+
+
+def test_a_failed_or_vanished_cell_runs_again_and_a_fresh_bench_forgets_the_old_logs(tmp_path, fake):
+    out = tmp_path / "b"
+    calls: list = []
+    fake(make_run(calls))
+    run_bench(config(traffic=["constant"], warmup_s=0), out)
+    lines = (out / "cells.jsonl").read_text().splitlines()
+    rows = [json.loads(line) for line in lines]
+    rows[1]["failed"] = "java.lang.OutOfMemoryError: Java heap space"  # fixed failed
+    (out / "cells.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    import shutil
+
+    shutil.rmtree(out / rows[2]["run_dir"])  # asap's run directory is gone
+    again: list = []
+    fake(make_run(again))
+    run_bench(config(traffic=["constant"], warmup_s=0), out, resume=True)
+    assert [c[0] for c in again] == ["LR2S-fixed-constant-r0", "LR2S-asap-constant-r0"]
+
+    fresh: list = []
+    fake(make_run(fresh))
+    result = run_bench(config(traffic=["constant"], warmup_s=0), out)  # not resumed: everything runs
+    assert len(fresh) == 3 and len((out / "cells.jsonl").read_text().splitlines()) == 3
+    assert "resumed_at" not in result.meta
+
+
+def test_a_resume_that_would_measure_differently_is_refused_naming_the_setting(tmp_path, fake):
+    out = tmp_path / "b"
+    calls: list = []
+    fake(make_run(calls, stop_at=2))
+    with pytest.raises(Interrupted):
+        run_bench(config(), out)
+    with pytest.raises(ConfigError, match=r"^cannot resume the bench in .*: its speedup was 2\.0, this command "
+                                          r"gives 4\.0 \(give the same options, or start a new bench directory\)$"):
+        run_bench(config(speedup=4.0), out, resume=True)
+    with pytest.raises(ConfigError, match=r"its spark_conf was \{\}, this command gives "
+                                          r"\{'spark.driver.memory': '4g'\}"):
+        run_bench(config(spark_conf={"spark.driver.memory": "4g"}), out, resume=True)
+    # the sweep's shape may change: a resumed bench with another policy list runs its own cells
+    again: list = []
+    fake(make_run(again))
+    result = run_bench(config(policies=["lmstream", "asap"], traffic=["constant"]), out, resume=True)
+    assert [c[0] for c in again] == ["warmup-LR2S", "LR2S-asap-constant-r0"]
+    assert result.results["policy"].tolist() == ["lmstream", "asap"]
+
+
+def test_the_capacity_search_goes_on_with_the_probes_it_logged(tmp_path, fake):
+    out = tmp_path / "b"
+    cfg = {"policies": ["lmstream"], "traffic": ["constant"], "warmup_s": 0, "capacity": True,
+           "capacity_duration_s": 10.0}
+    whole: list = []
+    fake(make_run(whole))
+    reference = run_bench(config(**cfg), tmp_path / "whole").capacity
+
+    calls: list = []
+    fake(make_run(calls, stop_at=5))  # the cell, then four probes, then the interruption
+    with pytest.raises(Interrupted):
+        run_bench(config(**cfg), out)
+    assert len((out / "capacity.jsonl").read_text().splitlines()) == 4
+    again: list = []
+    fake(make_run(again))
+    resumed = run_bench(config(**cfg), out, resume=True).capacity
+    assert len(again) == len(reference) - 4  # the cell was kept; only the probes not logged ran
+    cols = ["probe", "rate", "rep", "passed", "lo", "hi", "status"]
+    assert resumed[cols].fillna(-1).to_dict("records") == reference[cols].fillna(-1).to_dict("records")
+    assert resumed["status"].iloc[-1] == "bracketed" and (resumed["wall_s"] >= 0).all()
+
+
+def test_the_logged_probes_wall_seconds_count_against_the_budget():
+    now = {"t": 0.0}
+
+    def probe(pair, rate, rep):
+        now["t"] += 100.0
+        return {"passed": rate <= 3000}
+
+    prior = [{"query": "Q", "policy": "a", "probe": i, "rate": r, "rep": 0, "passed": r <= 3000, "wall_s": 100.0}
+             for i, r in enumerate((1000, 2000, 4000))]
+    rows = search_pairs([("Q", "a")], probe, lambda: CapacitySearch(1000, max_probes=12), budget_s=450.0,
+                        clock=lambda: now["t"], prior=prior)
+    # 300 s of the 450 s budget were spent before the interruption: two more probes start
+    assert [r["rate"] for r in rows] == [1000, 2000, 4000, 2828.0, 3363.0]
+    assert rows[-1]["status"] == "not-converged" and (rows[-1]["lo"], rows[-1]["hi"]) == (2828, 3363)
+
+
+def test_the_paper_preset_adds_its_driver_heap_to_the_confs_given(tmp_path, monkeypatch):
+    from click.testing import CliRunner
+
+    from lmstream_kit.cli import cli
+
+    seen = {}
+
+    class Stop(Exception):
+        pass
+
+    def fake_run_bench(cfg, out, **kwargs):
+        seen.update(cfg=cfg, **kwargs)
+        raise Stop
+
+    monkeypatch.setattr("lmstream_kit.bench.run_bench", fake_run_bench)
+    result = CliRunner().invoke(cli, ["bench", "--preset", "paper", "--conf", "spark.sql.shuffle.partitions=4",
+                                      "--resume", "--out", str(tmp_path / "b")])
+    assert isinstance(result.exception, Stop), result.output
+    assert seen["cfg"].spark_conf == {"spark.driver.memory": "4g", "spark.sql.shuffle.partitions": "4"}
+    assert seen["resume"] is True
+    CliRunner().invoke(cli, ["bench", "--preset", "paper", "--conf", "spark.driver.memory=8g",
+                             "--out", str(tmp_path / "b")])
+    assert seen["cfg"].spark_conf == {"spark.driver.memory": "8g"} and seen["resume"] is False
+
+
+def test_the_cli_says_in_one_line_why_a_bench_cannot_be_resumed(tmp_path, fake, capsys):
+    from lmstream_kit.cli import main
+
+    out = tmp_path / "b"
+    calls: list = []
+    fake(make_run(calls, stop_at=1))
+    with pytest.raises(Interrupted):
+        run_bench(config(), out)
+    code = main(["bench", "--queries", "LR2S", "--duration", "20", "--speedup", "4", "--resume", "--out", str(out)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1, err
+    assert err[0].startswith(f"error: cannot resume the bench in {out}: its speedup was 2.0, this command gives 4.0")
