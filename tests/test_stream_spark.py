@@ -71,9 +71,24 @@ def test_lr2s_counts_match_sparks_own_input_rows(spark, tmp_path):
     # Spark's listener counts the same rows; stop() waits for its last progress events
     assert df["spark_numInputRows"].notna().all()
     assert df["spark_numInputRows"].sum() == fed
+    # and the driver JVM's collection since the batch before, with its heap after the batch
+    assert (df["spark_jvm_gc_ms"] >= 0).all() and (df["spark_jvm_gc_count"] >= 0).all()
+    assert ((0 < df["spark_heap_used_bytes"]) & (df["spark_heap_used_bytes"] <= df["spark_heap_max_bytes"])).all()
     out = output_table(run)
     assert out is not None and out.num_rows > 0, "LR2S finds congested segments (avgSpeed < 40)"
     assert max(out["avgSpeed"].to_pylist()) < 40.0
+
+
+def test_the_jvm_meter_counts_a_collection_between_two_samples(spark):
+    from lmstream_kit.engine.listener import JvmMemory
+
+    meter = JvmMemory(spark)
+    first = meter.sample()
+    assert "jvm_gc_ms" not in first and first["heap_used_bytes"] > 0  # the baseline has no deltas
+    spark._jvm.java.lang.System.gc()  # a full collection under the driver's serial collector
+    after = meter.sample()
+    assert after["jvm_gc_count"] >= 1 and after["jvm_gc_ms"] >= 0
+    assert 0 < after["heap_used_bytes"] <= after["heap_max_bytes"]
 
 
 @pytest.mark.timing

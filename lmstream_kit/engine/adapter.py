@@ -149,10 +149,23 @@ class SparkEngine:
 
     # -- the query -----------------------------------------------------------------------------
     def listen(self, on_progress: Callable[[dict], None]) -> None:
-        """Send each batch's Spark progress (flattened) of the current query to ``on_progress``."""
-        from .listener import ProgressListener
+        """Send each batch's Spark progress (flattened) of the current query to ``on_progress``, with the
+        driver JVM's collection since the previous batch and its heap (:class:`~.listener.JvmMemory`)."""
+        from .listener import JvmMemory, ProgressListener
+
+        jvm: JvmMemory | None = None
+        try:
+            jvm = JvmMemory(self.spark)
+            jvm.sample()  # the baseline: the first batch's progress says what it collected
+        except Exception:  # noqa: BLE001  (a JVM without the beans: the progress goes on without them)
+            jvm = None
 
         def forward(record: dict) -> None:
+            if jvm is not None:
+                try:
+                    record.update(jvm.sample())
+                except Exception:  # noqa: BLE001, S110  (a metrics hiccup must not lose the progress)
+                    pass
             on_progress(record)
             with self._progress_seen:
                 self._last_progress = max(self._last_progress, int(record["batch_id"]))

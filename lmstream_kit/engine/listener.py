@@ -29,6 +29,37 @@ def progress_record(progress) -> dict:
     return record
 
 
+class JvmMemory:
+    """The driver JVM's garbage collection and heap, from its management beans (py4j).
+
+    :meth:`sample` after each batch's progress tells what the JVM spent collecting since the
+    previous sample (``jvm_gc_ms``, ``jvm_gc_count``: every collector summed; with the driver's
+    serial collector every one of those milliseconds stopped the batch that ran) and how full its
+    heap is (``heap_used_bytes`` of ``heap_max_bytes``).  In local mode the driver runs the
+    tasks too, so that is all of Spark's collection; on a cluster the executors' is in each
+    stage's ``jvmGcTime`` (:mod:`.stages`).  The first sample is the baseline: it has no deltas.
+    """
+
+    def __init__(self, spark) -> None:
+        self._factory = spark._jvm.java.lang.management.ManagementFactory
+        self._last: Optional[tuple[int, int]] = None
+
+    def sample(self) -> dict:
+        gc_ms = gc_count = 0
+        for bean in self._factory.getGarbageCollectorMXBeans():
+            gc_ms += max(0, int(bean.getCollectionTime()))  # -1: this collector does not say
+            gc_count += max(0, int(bean.getCollectionCount()))
+        heap = self._factory.getMemoryMXBean().getHeapMemoryUsage()
+        out = {"heap_used_bytes": int(heap.getUsed())}
+        if int(heap.getMax()) > 0:  # -1: no limit set
+            out["heap_max_bytes"] = int(heap.getMax())
+        if self._last is not None:
+            out["jvm_gc_ms"] = gc_ms - self._last[0]
+            out["jvm_gc_count"] = gc_count - self._last[1]
+        self._last = (gc_ms, gc_count)
+        return out
+
+
 def progress_dict(progress) -> dict:
     """The whole StreamingQueryProgress as Spark's JSON says it (an item of ``recentProgress`` too)."""
     return dict(progress) if isinstance(progress, dict) and not hasattr(progress, "json") else json.loads(progress.json)
