@@ -45,6 +45,7 @@ from typing import Any
 
 from .exceptions import ConfigError
 from .protocol import BatchController, Param
+from .service_model import window_ends_passed
 from .stats import (
     ServiceTimeModel,
     _check_history,
@@ -378,7 +379,8 @@ class AdmissionController(BatchController):
         self._n_observed = 0
         self._last_decision: Decision | None = None
         self._catch_up_since: float | None = None  # admission of a catch-up's first chunk
-        self._admitted_second: float | None = None  # latest event second admitted (window closes)
+        # {period: end of the latest window the admitted data closed} (service_model.window_ends_passed)
+        self._closed_ends: dict[float, float | None] = {}
         self._emit_due = False  # the last admission closed a window: the next batch emits it
         self._features_model = None  # FeatureServiceModel, made when service_model="features" first predicts
         self._state: dict[str, float] = {}  # state rows, bytes and removals from Spark's last progress
@@ -521,14 +523,10 @@ class AdmissionController(BatchController):
         """What the feature model knows of ``pending`` before admission (None under the bytes model)."""
         if self._p["service_model"] != "features":
             return None
-        from .service_model import windows_closed
-
         out = {"bytes": float(nbytes), **self._state}
-        period = self._p["window_period_s"]
-        seconds = [s for d in pending if (s := getattr(d, "second", None)) is not None]
-        if period > 0 and seconds:
-            out["windows_closed"] = float(windows_closed(self._admitted_second, max(seconds), period,
-                                                         self._p["lateness_s"], first_s=min(seconds)))
+        closing = self._window_ends(pending, self._p["window_period_s"])
+        if closing is not None:
+            out["windows_closed"] = float(len(closing))
         if self._last_eviction is not None:
             out["since_eviction_s"] = max(0.0, now - self._last_eviction)
         return out
@@ -569,21 +567,33 @@ class AdmissionController(BatchController):
         period = self._p["close_period_s"]
         if self._p["slide_s"] > 0.0 or self._p["tumbling_target"] != "window" or period <= 0.0:
             return False
-        seconds = [s for d in pending if (s := getattr(d, "second", None)) is not None]
-        if not seconds:
-            return False
-        from .service_model import windows_closed
-
         # the watermark passes a window's end between what was admitted and what is pending
-        return windows_closed(self._admitted_second, max(seconds), period, self._p["lateness_s"],
-                              first_s=min(seconds)) > 0
+        return bool(self._window_ends(pending, period))
+
+    def _window_ends(self, pending: Sequence, period: float) -> list[float] | None:
+        """The window ends (every ``period`` event seconds) that admitting ``pending`` would let the
+        watermark pass; None where nothing tells (no period, or no data with an event second)."""
+        seconds = [float(s) for d in pending if (s := getattr(d, "second", None)) is not None]
+        if period <= 0.0 or not seconds:
+            return None
+        return window_ends_passed(self._closed_end(period), seconds, period, self._p["lateness_s"])[1]
+
+    def _closed_end(self, period: float) -> float | None:
+        """The end of the latest window of ``period`` the admitted data closed (None before any data); for
+        a period just set live, the latest end of its multiples the watermark had already passed."""
+        if period in self._closed_ends or not self._closed_ends:
+            return self._closed_ends.get(period)
+        passed = max(v for v in self._closed_ends.values() if v is not None)
+        return math.floor(passed / period + 1e-9) * period
 
     def _note_admitted(self, admitted: Sequence) -> None:
-        seconds = [s for d in admitted if (s := getattr(d, "second", None)) is not None]
-        if seconds:
-            top = max(seconds)
-            if self._admitted_second is None or top > self._admitted_second:
-                self._admitted_second = float(top)
+        seconds = [float(s) for d in admitted if (s := getattr(d, "second", None)) is not None]
+        if not seconds:
+            return
+        for period in {self._p["window_period_s"], self._p["close_period_s"]}:
+            if period > 0.0:
+                self._closed_ends[period] = window_ends_passed(self._closed_end(period), seconds, period,
+                                                               self._p["lateness_s"])[0]
 
     def _fits(self, pending: Sequence, budget: float, features: Mapping[str, float] | None = None) -> int:
         """How many of the oldest ``pending`` datasets the model predicts to finish within ``budget``."""
@@ -834,6 +844,11 @@ class AdmissionController(BatchController):
     @property
     def interval_margin(self) -> bool:
         return self._p["interval_margin"]
+
+    def param_value(self, name: str) -> Any:
+        """The value in force of the declared parameter ``name``."""
+        with self._lock:
+            return self._p[name]
 
     def params(self) -> dict:
         """The constructor parameters currently in force.

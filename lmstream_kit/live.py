@@ -220,13 +220,8 @@ class LiveStream(StreamControls):
         self._query_kwargs: Optional[dict] = None
         self.journal: Optional[Journal] = None  # the run's reconfiguration journal (from start)
         self._run_info: Optional[dict] = None
-        for make in self.workload.controllers:  # the live objects the workload comes with
-            self.add_controller(make())
-        if self.workload.results_at_close and self.workload.lateness_s is not None and window > 0:
-            from .results import WindowResults
-
-            self.add_controller(WindowResults(period_s=lambda: self.slide_s or self.workload.window_range_s,
-                                              lateness_s=self.workload.lateness_s))
+        for plugin in self.workload.live_objects():  # the live objects the workload comes with
+            self.add_controller(plugin)
         for c in controllers:
             self.add_controller(c)
 

@@ -250,8 +250,9 @@ class Control:
 class Tunable:
     """A live object: declared parameters, validated setters, changes written to one change log.
 
-    Subclasses list :attr:`PARAMS`; a parameter is read with ``getattr(self, name)``
-    and written through :meth:`set_param`, which validates it and calls
+    Subclasses list :attr:`PARAMS`; a parameter is read with :meth:`param_value` (the attribute
+    of its name unless the class says otherwise) and written through :meth:`set_param`, which
+    validates it and calls
     ``_apply_<name>(value)`` when the class defines one (else sets the attribute).
     """
 
@@ -312,8 +313,12 @@ class Tunable:
         setattr(self, name, value)
         self.log_change(name, value, old=old)
 
+    def param_value(self, name: str) -> Any:
+        """The value in force of the declared parameter ``name`` (default: the attribute of that name)."""
+        return getattr(self, name)
+
     def param_values(self) -> dict:
-        return {p.name: getattr(self, p.name) for p in self.PARAMS}
+        return {p.name: self.param_value(p.name) for p in self.PARAMS}
 
     def disabled_reason(self, name: str) -> str | None:
         """Why ``name`` cannot be changed right now (None: it can)."""
@@ -322,7 +327,7 @@ class Tunable:
     def controls(self) -> list[Control]:
         """The declared parameters as controls a view can draw."""
         return [
-            Control(self.qualified(p.name), p, getattr(self, p.name),
+            Control(self.qualified(p.name), p, self.param_value(p.name),
                     lambda v, n=p.name: self.set_param(n, v), self.disabled_reason(p.name), self.prefix)
             for p in self.PARAMS
         ]

@@ -34,11 +34,11 @@ batch counts the same where a session runs them.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from typing import Any
 
 from .protocol import BatchContext, BatchController
+from .service_model import window_ends_passed
 
 __all__ = ["WindowResults"]
 
@@ -48,11 +48,12 @@ class WindowResults(BatchController):
 
     Parameters
     ----------
-    period_s : callable
+    period_s : callable, optional
         Event-time seconds between window ends, read at each batch (the slide, or a tumbling
-        window's length; it follows a live slide change).
-    lateness_s : float
-        The watermark's delay, event-time seconds.
+        window's length).  None: the stream's it is plugged into (its ``slide_s``, else its
+        workload's window length), so that it follows a live slide change.
+    lateness_s : float, optional
+        The watermark's delay, event-time seconds.  None: the stream's workload's.
 
     Notes
     -----
@@ -68,33 +69,40 @@ class WindowResults(BatchController):
         "closed_window_end": "event-time end of the latest window the batch emitted",
     }
 
-    def __init__(self, *, period_s: Callable[[], float], lateness_s: float) -> None:
+    def __init__(self, *, period_s: Callable[[], float] | None = None, lateness_s: float | None = None) -> None:
         super().__init__()
         self._period = period_s
-        self._lateness = float(lateness_s)
-        self._seen: float | None = None  # latest event second admitted so far
+        self._lateness = None if lateness_s is None else float(lateness_s)
         self._closed_end: float | None = None  # end of the latest window known closed
         self._found: list[tuple[float, float]] = []  # (window end, closing arrival) found this batch
         self._due: list[tuple[float, float]] = []  # closed by earlier batches: emitted by this one
 
+    def plugged(self, host: Any) -> None:
+        workload = getattr(host, "workload", None)
+        if self._period is None:  # the stream's slide in force, else its window's length
+            self._period = lambda: float(getattr(host, "slide_s", 0.0) or getattr(host.workload, "window_range_s", 0))
+        if self._lateness is None and getattr(workload, "lateness_s", None) is not None:
+            self._lateness = float(workload.lateness_s)
+
+    @classmethod
+    def for_workload(cls, workload: Any) -> WindowResults | None:
+        """A WindowResults for a stream of ``workload`` where it emits windows at their close
+        (``results_at_close``, with a watermark), else None: period and lateness come from the
+        stream it is plugged into."""
+        if getattr(workload, "results_at_close", False) and getattr(workload, "lateness_s", None) is not None:
+            return cls()
+        return None
+
     def before_batch(self, ctx: BatchContext) -> None:
-        period = float(self._period())
-        for d in ctx.datasets:
+        period = float(self._period()) if self._period is not None else 0.0
+        if period <= 0 or self._lateness is None:
+            return
+        for d in ctx.datasets:  # in arrival order: each one's own arrival closes the windows it passes
             second = getattr(d, "second", None)
-            if second is None or period <= 0:
+            if second is None:
                 continue
-            mark = float(second) - self._lateness  # the watermark once this dataset is in
-            if self._seen is None:
-                self._seen = float(second)
-                # windows ending at or before the first data hold nothing: none to emit
-                self._closed_end = math.floor(float(second) / period) * period
-                continue
-            self._seen = max(self._seen, float(second))
-            end = (math.floor(self._closed_end / period) + 1) * period
-            while end <= mark + 1e-9:
-                self._found.append((end, float(d.arrival)))
-                self._closed_end = end
-                end += period
+            self._closed_end, ends = window_ends_passed(self._closed_end, [float(second)], period, self._lateness)
+            self._found.extend((end, float(d.arrival)) for end in ends)
 
     def after_batch(self, record: Any) -> dict:
         due, self._due, self._found = self._due, self._found, []

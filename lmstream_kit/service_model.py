@@ -33,7 +33,7 @@ import numpy as np
 from .exceptions import ConfigError
 from .stats import ServiceTimeModel, nearest_rank_quantile
 
-__all__ = ["FEATURES", "INPUTS", "FeatureServiceModel", "compare_errors", "windows_closed"]
+__all__ = ["FEATURES", "INPUTS", "FeatureServiceModel", "compare_errors", "window_ends_passed", "windows_closed"]
 
 #: What the caller passes to :meth:`FeatureServiceModel.observe` and ``predict``, with its unit.
 #: All are known before the batch is admitted; a missing one counts as 0.
@@ -435,6 +435,49 @@ def _run_fit(X: np.ndarray, y: np.ndarray) -> _Fit | Exception:
 # ---------------------------------------------------------------------------
 
 
+def window_ends_passed(
+    closed_end: float | None,
+    seconds: Iterable[float],
+    period_s: float,
+    lateness_s: float,
+) -> tuple[float | None, list[float]]:
+    """The window ends a watermark passes as event seconds arrive: the one rule for window closes.
+
+    Windows end at multiples of ``period_s`` (the slide of a sliding window, the length of a
+    tumbling one).  ``closed_end`` is the end of the latest window already passed (None before any
+    data); each second in ``seconds``, in arrival order, moves the watermark to itself minus
+    ``lateness_s``, and every window end after ``closed_end`` that the watermark reaches (an exact
+    tie counts) is passed.  The first data passes nothing: windows ending at or before it hold none
+    of its rows, so ``closed_end`` starts at the end just before it.  Returns the new
+    ``closed_end`` and the ends passed, oldest first.  :class:`~lmstream_kit.results.WindowResults`
+    (which batch emits which window) and the admission controller (what pending data would close)
+    both count with it.
+
+    >>> window_ends_passed(None, [64, 66], 60, 5)          # [0, 60) held no row: nothing closes
+    (60.0, [])
+    >>> window_ends_passed(60.0, [90, 124, 185], 60, 5)    # 124 passes 120; 185 passes 180
+    (180.0, [120.0, 180.0])
+    >>> window_ends_passed(None, [0, 30, 65], 60, 5)       # 65's watermark reaches 60 exactly
+    (60.0, [60.0])
+    """
+    period = _finite("period_s", period_s)
+    if period <= 0.0:
+        raise ConfigError(f"period_s must be > 0, got {period_s!r}")
+    lateness = _finite("lateness_s", lateness_s)
+    passed: list[float] = []
+    for second in seconds:
+        second = _finite("second", second, nonneg=False)
+        if closed_end is None:
+            closed_end = math.floor((second + _TIE_EPS_S) / period) * period
+            continue
+        end = (math.floor((closed_end + _TIE_EPS_S) / period) + 1) * period
+        while end <= second - lateness + _TIE_EPS_S:
+            passed.append(end)
+            closed_end = end
+            end += period
+    return (None if closed_end is None else float(closed_end)), passed
+
+
 def windows_closed(
     seconds_before: float | None,
     seconds_after: float,
@@ -490,14 +533,13 @@ def windows_closed(
     if period <= 0.0:
         raise ConfigError(f"period_s must be > 0, got {period_s!r}")
     lateness = _finite("lateness_s", lateness_s)
-    high = after - lateness
-    if seconds_before is None:
-        low = after if first_s is None else _finite("first_s", first_s, nonneg=False)
-    else:
+    if seconds_before is None:  # the first data: it starts where its smallest second is
+        first = after if first_s is None else _finite("first_s", first_s, nonneg=False)
+        closed, _ = window_ends_passed(None, [first], period, lateness)
+    else:  # the last window end the watermark had reached
         low = _finite("seconds_before", seconds_before, nonneg=False) - lateness
-    if high <= low:
-        return 0
-    return max(0, math.floor((high + _TIE_EPS_S) / period) - math.floor((low + _TIE_EPS_S) / period))
+        closed = math.floor((low + _TIE_EPS_S) / period) * period
+    return len(window_ends_passed(closed, [after], period, lateness)[1])
 
 
 def _error_stats(errors: Sequence[float], spikes: Sequence[bool]) -> dict[str, float | None]:

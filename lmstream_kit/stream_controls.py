@@ -15,7 +15,7 @@ from .exceptions import ConfigError
 from .feed.traffic import FeedGenerator
 from .policies import get_policy
 from .protocol import Control, Param, StreamInfo, Tunable, positive
-from .record import controller_target_s
+from .record import controller_target_s, window_params
 
 __all__ = ["StreamControls"]
 
@@ -92,6 +92,8 @@ class StreamControls(Tunable):
                 self.set_target(new_workload.slide_s)
             else:  # the bound follows the window, recorded with it as window_slide_s
                 self._apply_target(new_workload.slide_s)
+        if new_workload is not self.workload:
+            self._follow_windows(new_workload)
         elif self.optimizer is not None:  # no controller: the optimizer's target follows the window
             self.optimizer.set_target_latency(new_workload.slide_s / self.speedup,
                                               record=new_workload is self.workload)
@@ -99,6 +101,14 @@ class StreamControls(Tunable):
             return
         self.slide_s = new_workload.slide_s
         self._restart_query("window_slide_s", old, new_workload.slide_s, workload=new_workload)
+
+    def _follow_windows(self, workload) -> None:
+        """The controller counts window closes at the new windows' ends (unrecorded: the slide change is)."""
+        params = window_params(workload, self.speedup)
+        update = {k: params.get(k, 0.0) for k in ("window_period_s", "close_period_s")}
+        self._controller_params.update(update)  # a controller made later (a policy switch) starts with them
+        if self._lm_controller is not None:
+            self._lm_controller.mutate(update, record=False)
 
     def set_policy(self, name: str, *, trigger_s: Optional[float] = None) -> None:
         """Switch the admission policy live (``lmstream``, ``asap`` or ``fixed``).

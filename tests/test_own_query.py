@@ -70,11 +70,26 @@ def test_the_window_is_given_as_a_duration_or_a_slide(kw, kind, range_s, slide_s
     ({"window": "10 s", "event_time": "when"}, "workload W: event_time 'when' is not a column; columns: x"),
     ({"window": "10 s", "watermark": "5 s"}, "workload W: a watermark needs event_time (the column it applies to)"),
     ({"window": "10 s", "checks": {"y": (0, 1)}}, "check on unknown column 'y'; spool columns: x"),
+    ({"window": "10 s", "results_at_close": True}, "workload W: results_at_close needs a watermark (it says "
+                                                    "when a window closes)"),
 ])
 def test_a_bad_declaration_is_one_error_that_names_the_value(kw, message):
     with pytest.raises(ConfigError) as err:
         define_workload("W", schema="x INT", query=_query, **kw)
     assert str(err.value) == message
+
+
+@pytest.mark.parametrize("kw, lateness_s, at_close", [
+    ({"window": "20 s", "watermark": "5 s"}, 5.0, True),        # a windowed aggregation: results at close
+    ({"window": "infer", "watermark": "5 s"}, 5.0, True),
+    ({"window": "20 s", "watermark": "5 s", "output_mode": "update"}, 5.0, False),  # rows as they change
+    ({"window": "20 s", "watermark": "5 s", "results_at_close": False}, 5.0, False),  # a windowed join, say
+    ({"window": "20 s"}, None, False),                          # no watermark: no window ever closes
+    ({"bound": "5 s", "watermark": "2 s"}, 2.0, False),         # no window
+])
+def test_a_users_windowed_aggregation_declares_its_lateness_and_results_at_close(kw, lateness_s, at_close):
+    w = define_workload("W", schema="x INT, ts TIMESTAMP", query=_query, event_time="ts", **kw)
+    assert (w.lateness_s, w.results_at_close) == (lateness_s, at_close)
 
 
 def test_the_decorator_takes_the_functions_name_and_first_doc_line():

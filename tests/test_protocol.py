@@ -89,6 +89,15 @@ def test_controls_describe_each_parameter_and_set_through_validation():
         control.setter(-1)
 
 
+def test_every_declared_parameter_of_the_admission_controller_reads_as_a_control():
+    c = AdmissionController(slide_s=5.0, window_period_s=10.0, lateness_s=5.0)
+    values = {control.key: control.value for control in c.controls()}
+    assert len(values) == len(AdmissionController.PARAMS) and values["controller.window_period_s"] == 10.0
+    assert c.param_values()["tumbling_target"] == "paper"
+    c.set_param("catch_up", "all")
+    assert c.param_value("catch_up") == "all"
+
+
 def test_the_built_in_live_objects_share_one_change_log():
     shared = ChangeLog()
     controller, mapper = AdmissionController(slide_s=5.0), DeviceMapper()

@@ -232,8 +232,10 @@ def test_live_slide_change_restarts_the_query_with_the_new_window(spark, tmp_pat
     try:
         s.wait(batches=3, timeout=120)
         old_id = s.query.runId
+        assert s.controller.param_values()["window_period_s"] == 10.0
         s.set_slide(5.0)
         assert s.query.runId != old_id and s.is_active
+        assert s.controller.param_values()["window_period_s"] == 5.0  # window closes counted at the new ends
         n = len([r for r in s.records if r["rows"] > 0])
         s.wait(batches=n + 4, timeout=120)
     finally:

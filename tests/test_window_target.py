@@ -51,6 +51,20 @@ def test_data_that_closes_a_window_is_admitted_at_once_and_only_then():
     assert c.decide(12.55, [ds(125, 12.5)]).reason == "window"
 
 
+def test_a_stream_that_starts_inside_a_window_does_not_close_the_empty_one_before_it():
+    # the first data is second 64: [0, 60) holds no row, so the watermark passing 60 emits nothing
+    c = window_gate(window_target_s=3.0, prior_processing_s=0.1)
+    assert c.decide(9.5, [ds(64, 6.4)]).admit  # waited out the target
+    assert c.decide(9.75, [ds(65, 9.6), ds(66, 9.7)]).reason == "wait"  # the watermark passes 60: nothing closes
+    assert c.decide(12.45, [ds(65, 9.6), ds(66, 9.7), ds(125, 12.4)]).reason == "window"  # [60, 120) closes
+    # WindowResults agrees: the first window it reports emitted is [60, 120)
+    w = WindowResults(period_s=lambda: 60.0, lateness_s=5.0)
+    w.before_batch(NS(datasets=[ds(s, s / 10) for s in range(64, 126)]))
+    w.after_batch(NS(completed_at=13.0))
+    w.before_batch(NS(datasets=[]))
+    assert w.after_batch(NS(completed_at=13.1))["closed_window_end"] == 120.0
+
+
 def test_the_paper_rule_and_data_without_a_second_never_close_a_window():
     assert window_gate(tumbling_target="paper", initial_target_s=30.0).decide(65.5, [ds(s, 64.0) for s in range(60, 66)]).reason == "wait"
     unknown = [NS(arrival=64.0, rows=10, nbytes=100)]
@@ -74,6 +88,25 @@ def test_result_latency_counts_from_the_closing_datas_arrival_to_the_batch_after
         {"windows_closed": 0},  # 25 closed the end at 20, 33 the end at 30
         {"windows_closed": 2, "result_latency_s": 1035.0 - 1025.0, "closed_window_end": 30.0},
     ]
+
+
+def test_plugged_into_a_stream_it_takes_the_streams_slide_as_it_changes_and_the_workloads_lateness():
+    from lmstream_kit.workloads import get_workload
+
+    assert WindowResults.for_workload(get_workload("LR1S")) is None  # a join: rows as they come
+    w = WindowResults.for_workload(get_workload("LR2S"))  # windows of 30 s every 10 s, 5 s late
+    host = NS(slide_s=10.0, workload=get_workload("LR2S"))
+    w.plugged(host)
+    batch = lambda *seconds: NS(datasets=[ds(s, 1000.0 + s) for s in seconds])  # noqa: E731
+    w.before_batch(batch(0, 16))  # the watermark 11 passes 10
+    assert w.after_batch(NS(completed_at=1016.5)) == {"windows_closed": 0}
+    host.slide_s = 20.0  # a live slide change: the next ends are multiples of 20
+    w.before_batch(batch(26, 45))  # 26's watermark (21) passes 20; 45's (40) passes 40, not 30
+    assert w.after_batch(NS(completed_at=1045.5)) == {"windows_closed": 1, "result_latency_s": 1045.5 - 1016.0,
+                                                      "closed_window_end": 10.0}
+    w.before_batch(batch())
+    assert w.after_batch(NS(completed_at=1046.0)) == {"windows_closed": 2, "result_latency_s": 1046.0 - 1026.0,
+                                                      "closed_window_end": 40.0}
 
 
 def test_a_cells_result_latency_counts_the_watermarks_no_data_batches_too():

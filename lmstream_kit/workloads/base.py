@@ -118,6 +118,16 @@ class Workload:
     lateness_s: float | None = None
     results_at_close: bool = False
 
+    def live_objects(self) -> list:
+        """The live objects a stream of this workload plugs in when it is made: one of each of its
+        :attr:`controllers`, and where it emits windows at their close (:attr:`results_at_close`) a
+        :class:`~lmstream_kit.results.WindowResults`, which tells every batch's result latency."""
+        from ..results import WindowResults
+
+        made = [make() for make in self.controllers]
+        results = WindowResults.for_workload(self)
+        return [*made, results] if results is not None else made
+
     def __post_init__(self) -> None:
         if self.slide_s < 0:
             raise ConfigError(f"workload {self.name}: slide must be >= 0, got {self.slide_s}")

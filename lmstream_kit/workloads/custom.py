@@ -105,6 +105,7 @@ def define_workload(
     output_mode: str = "append",
     description: str | None = None,
     finish_batch: Callable[[Any], Any] | None = None,
+    results_at_close: bool | None = None,
     register: bool = False,
 ):
     """Declare your own streaming query as a workload; also usable as a decorator on the query.
@@ -137,6 +138,11 @@ def define_workload(
         set of allowed values, or a function ``f(value) -> bool``; failing rows go to the dead
         letter file with the reason.
     output_mode : {"append", "update", "complete"}
+    results_at_close : bool, optional
+        Whether the query emits a window's rows only once the watermark closes it, so that each
+        batch's record tells the *result latency* of the windows it emitted and a tumbling
+        window's controller admits at once what closes one (default: a windowed query with a
+        watermark in append mode does, as a windowed aggregation; say False for a windowed join).
     register : bool
         Also register it by name, so that ``LiveStream("NAME")`` finds it.
     """
@@ -146,7 +152,8 @@ def define_workload(
                                    bound=bound, event_time=event_time, watermark=watermark, rows=rows,
                                    checks=checks, output_mode=output_mode,
                                    description=description or (fn.__doc__ or "").strip().split("\n")[0] or None,
-                                   finish_batch=finish_batch, register=register)
+                                   finish_batch=finish_batch, results_at_close=results_at_close,
+                                   register=register)
         return decorate
     if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_.-]*", name):
         raise ConfigError(f"workload name must be a word such as 'LANES', got {name!r}")
@@ -170,6 +177,10 @@ def define_workload(
         if event_time is None:
             raise ConfigError(f"workload {name}: a watermark needs event_time (the column it applies to)")
         lateness_s = parse_duration(watermark, "watermark")
+    if results_at_close is None:  # a windowed aggregation with a watermark, in append mode, emits at close
+        results_at_close = (range_s > 0 or infer) and lateness_s is not None and output_mode == "append"
+    elif results_at_close and lateness_s is None:
+        raise ConfigError(f"workload {name}: results_at_close needs a watermark (it says when a window closes)")
     from ..feed.validate import validate_checks
 
     checks = validate_checks(checks or {}, arrow)
@@ -187,6 +198,8 @@ def define_workload(
         finish_batch=finish_batch,
         event_time=event_time,
         window_from_plan=infer,
+        lateness_s=lateness_s,
+        results_at_close=bool(results_at_close),
     )
     return _register(workload) if register else workload
 
