@@ -79,7 +79,7 @@ def test_a_resumed_sweep_keeps_the_finished_cells_and_runs_only_the_rest(tmp_pat
     assert result.batches.groupby(["policy", "traffic"]).size().tolist() == [3] * 6  # kept cells' batches too
     saved = json.loads((out / "bench-config.json").read_text())
     assert len(saved["resumed_at"]) == 1 and result.meta["started_at"] == saved["started_at"]
-    assert result.meta["resumed_at"] == saved["resumed_at"]
+    assert result.meta["resumed_at"] == saved["resumed_at"] and len(result.meta["commits"]) == 2  # a part each
 
 
 def test_a_failed_or_vanished_cell_runs_again_and_a_fresh_bench_forgets_the_old_logs(tmp_path, fake):

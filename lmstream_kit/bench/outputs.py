@@ -100,6 +100,23 @@ def load_bench(out) -> tuple:
     return results, batches, capacity, meta
 
 
+def source_commit() -> str | None:
+    """The git commit the kit runs from (with ``-dirty`` where its files differ), None outside a checkout."""
+    import subprocess
+
+    here = Path(__file__).resolve().parents[2]
+    try:
+        commit = subprocess.run(["git", "-C", str(here), "rev-parse", "--short=12", "HEAD"], capture_output=True,
+                                text=True, timeout=10)
+        if commit.returncode != 0:
+            return None
+        dirty = subprocess.run(["git", "-C", str(here), "status", "--porcelain", "--untracked-files=no", "--",
+                                "lmstream_kit"], capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return commit.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
+
+
 def _kit_version() -> str:
     try:
         from importlib.metadata import version

@@ -14,7 +14,8 @@ resumed bench runs the cells of its own command, keeping those already measured.
 A cell that failed, or whose run directory is gone, runs again; a probe cut short by the
 interruption was never logged, so it runs again too.  The capacity search replays the
 logged probes into its searches (each search asks for the same rates again) and counts
-their wall seconds against the budget.
+their wall seconds against the budget.  The kit's code may have changed between the parts:
+the settings file lists the source commit of each (``commits``), and the bench's meta with it.
 
 Examples
 --------
@@ -22,7 +23,7 @@ Examples
 >>> from pathlib import Path
 >>> d = Path(tempfile.mkdtemp())
 >>> start(d, {"speedup": 2.0, "duration_s": 120.0, "queries": ["LR2S"]}, "2026-11-25T02:00:00+00:00")
-{'config': {'speedup': 2.0, 'duration_s': 120.0, 'queries': ['LR2S']}, 'started_at': '2026-11-25T02:00:00+00:00', 'resumed_at': []}
+{'config': {'speedup': 2.0, 'duration_s': 120.0, 'queries': ['LR2S']}, 'started_at': '2026-11-25T02:00:00+00:00', 'resumed_at': [], 'commits': [None]}
 >>> check(d, {"speedup": 4.0, "duration_s": 120.0, "queries": ["LR1S"]})
 Traceback (most recent call last):
 ...
@@ -64,12 +65,13 @@ def cell_key(cell: Mapping[str, Any]) -> tuple:
             float(cell["rate"]), str(cell.get("load") or "sweep"))
 
 
-def start(out: Path, config: Mapping[str, Any], started_at: str) -> dict:
-    """A fresh bench in ``out``: the logs of an older bench there are removed, the settings written."""
+def start(out: Path, config: Mapping[str, Any], started_at: str, commit: str | None = None) -> dict:
+    """A fresh bench in ``out``: the logs of an older bench there are removed, the settings written
+    (with the kit's source ``commit``, where known)."""
     out = Path(out)
     for name in (CELLS_LOG, PROBES_LOG):
         (out / name).unlink(missing_ok=True)
-    return _write(out, {"config": dict(config), "started_at": started_at, "resumed_at": []})
+    return _write(out, {"config": dict(config), "started_at": started_at, "resumed_at": [], "commits": [commit]})
 
 
 def check(out: Path, config: Mapping[str, Any]) -> dict | None:
@@ -90,10 +92,13 @@ def check(out: Path, config: Mapping[str, Any]) -> dict | None:
     return saved
 
 
-def resumed(out: Path, saved: dict | None, config: Mapping[str, Any], now: str) -> dict:
-    """Record that the bench in ``out`` goes on at ``now``; returns its settings file's content."""
-    saved = dict(saved) if saved is not None else {"config": dict(config), "started_at": None, "resumed_at": []}
+def resumed(out: Path, saved: dict | None, config: Mapping[str, Any], now: str, commit: str | None = None) -> dict:
+    """Record that the bench in ``out`` goes on at ``now`` (from the kit's source ``commit``: a resumed
+    bench may run newer code, and its report says which); returns its settings file's content."""
+    saved = dict(saved) if saved is not None else {"config": dict(config), "started_at": None, "resumed_at": [],
+                                                   "commits": [None]}
     saved["resumed_at"] = [*saved.get("resumed_at", []), now]
+    saved["commits"] = [*saved.get("commits", []), commit]
     return _write(Path(out), saved)
 
 

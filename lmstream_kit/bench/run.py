@@ -14,7 +14,7 @@ from ..exceptions import ConfigError
 from .capacity import PROBE_COLUMNS, _capacity
 from .cells import batch_rows, cell_row
 from .config import BenchConfig, ProgressFn, _config_dict
-from .outputs import _kit_version, machine_info, write_outputs, write_reports
+from .outputs import _kit_version, machine_info, source_commit, write_outputs, write_reports
 from . import resume as _resume
 
 
@@ -150,11 +150,12 @@ def run_bench(
         meter = CpuMeter(engine.driver_pid())
         runner = _Runner(cfg, out, engine.spark, meter, stamp=started.strftime("%Y%m%dT%H%M%S"))
         now = started.isoformat(timespec="seconds")
+        commit = source_commit()
         if resume:
-            saved = _resume.resumed(out, saved, settings, now)
+            saved = _resume.resumed(out, saved, settings, now, commit)
             kept, prior = _resume.finished_cells(out), _resume.finished_probes(out)
         else:
-            saved = _resume.start(out, settings, now)
+            saved = _resume.start(out, settings, now, commit)
             kept, prior = {}, []
         meta = {
             "command": command or "run_bench(...)",
@@ -165,6 +166,7 @@ def run_bench(
             "spark_version": engine.spark_version(),
             "java_version": engine.java_version(),
             "kit_version": _kit_version(),
+            "commits": saved.get("commits") or [commit],
             "master": engine.master,
             "config": _config_dict(cfg),
             **{k: _config_dict(cfg)[k] for k in ("speedup", "duration_s", "repeat", "rate", "queries",
