@@ -194,7 +194,7 @@ def test_small_sweep_through_the_cli_writes_one_row_per_cell_and_the_report(tmp_
     proc = subprocess.run([*cmd[:-2], "--resume"], capture_output=True, text=True, timeout=900, env=env)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     again = pd.read_parquet(out / "results.parquet")
-    kept = ["query", "policy", "rows", "batches", "cpu_jvm_s", "max_latency_max_s"]  # measured once: the same
+    kept = ["query", "policy", "rows", "batches", "cpu_jvm_s", "max_latency_s"]  # measured once: the same
     assert again[kept].to_dict("records") == results[kept].to_dict("records")
     assert pd.read_parquet(out / "batches.parquet")[["policy", "rows"]].equals(batches[["policy", "rows"]])
     assert pd.read_parquet(out / "capacity.parquet")[["rate", "status"]].equals(capacity[["rate", "status"]])

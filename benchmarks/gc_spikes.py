@@ -1,0 +1,168 @@
+"""Are a query's processing spikes the driver JVM's garbage collection?  Per batch, side by side.
+
+    .venv/bin/python benchmarks/gc_spikes.py                          # LR1S, lmstream, heaps 1g and 4g
+    .venv/bin/python benchmarks/gc_spikes.py --workload CM1S --heaps 1g --reps 1
+
+Issue 15 found LR1S's batches about twice as slow as usual once every 7 or so, in Spark's
+``addBatch`` and ``queryPlanning``, and no model of the batch's bytes, windows or state predicted
+them.  The kit's driver runs Java's serial collector, which stops every thread while it runs; in
+local mode the driver runs the tasks too.  Since this script's commit, each batch's Spark progress
+carries the driver JVM's collection since the batch before (``jvm_gc_ms``) and its heap after it.
+
+Each run is a fresh process (the heap is fixed when the JVM starts): a discarded warm-up, then
+``--duration`` simulated seconds of the workload under ``--policy``.  Heaps run in turn, order
+alternating, ``--reps`` times.  A batch is a *spike* where its processing time exceeds
+``--spike`` times the run's median.  Per run it writes:
+
+* ``batches``, ``spikes`` and the median processing time;
+* ``gc_ms_spike`` / ``gc_ms_other``: the mean collection time of spike batches and of the others;
+* ``spikes_with_gc``: the share of spikes during which the JVM collected for at least half of the
+  spike's excess over the median;
+* ``excess_explained``: the spikes' collection time over their excess processing time (1.0: the
+  collector accounts for all of it);
+* ``corr``: the correlation of each batch's processing time with its collection time;
+* ``full_gcs``: collections of the old generation (the serial collector's "MarkSweepCompact").
+
+Every number is **measured** on the machine named in the result file
+(``gc-spikes-<host>-<date>.json`` and ``.csv``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from lmstream_kit.bench.outputs import write_run_results  # noqa: E402
+
+
+def one_run(args) -> dict:
+    """One heap setting in this process: warm-up, the measured run, its per-batch numbers."""
+    from lmstream_kit.engine.session import build_session
+    from lmstream_kit.live import LiveStream
+    from lmstream_kit.metrics import load_metrics
+
+    spark = build_session(master="local[2]", app_name="lmstream_kit-gc-spikes",
+                          conf={"spark.driver.memory": args.one})
+    root = Path(tempfile.mkdtemp(prefix="gc-spikes-"))
+    try:
+        def stream(name, policy, duration):
+            return LiveStream(args.workload, policy=policy, traffic="constant", rate=args.rate, speedup=args.speedup,
+                              seed=args.seed, duration_s=duration, run_dir=root / name, spark=spark, output="noop")
+
+        if args.warmup > 0:
+            warm = stream("warmup", "asap", args.warmup).start()
+            try:
+                warm.wait(until=lambda s: s.feed_finished(), timeout=600)
+            finally:
+                warm.stop(drain=False)
+        beans = spark._jvm.java.lang.management.ManagementFactory.getGarbageCollectorMXBeans()
+        full_before = {str(b.getName()): int(b.getCollectionCount()) for b in beans}
+        s = stream("run", args.policy, args.duration).start()
+        try:
+            s.wait(until=lambda st: st.feed_finished(), timeout=3 * args.duration / args.speedup + 300)
+        finally:
+            s.stop(drain=True, timeout=300)
+        beans = spark._jvm.java.lang.management.ManagementFactory.getGarbageCollectorMXBeans()
+        collections = {str(b.getName()): int(b.getCollectionCount()) - full_before.get(str(b.getName()), 0)
+                       for b in beans}
+        df = load_metrics(root / "run")
+    finally:
+        spark.stop()
+    data = df[df["rows"] > 0]
+    cols = ["batch_id", "rows", "processing_s", "spark_jvm_gc_ms", "spark_jvm_gc_count", "spark_heap_used_bytes",
+            "spark_addBatch_ms", "spark_queryPlanning_ms", "spark_triggerExecution_ms"]
+    batches = data[[c for c in cols if c in data.columns]].to_dict("records")
+    return {"collections": collections, "batches": batches}
+
+
+def summarize(heap: str, rep: int, result: dict, spike: float) -> dict:
+    batches = [b for b in result["batches"] if b.get("spark_jvm_gc_ms") == b.get("spark_jvm_gc_ms")]  # not NaN
+    proc = [float(b["processing_s"]) for b in batches]
+    gc = [float(b["spark_jvm_gc_ms"]) / 1000 for b in batches]
+    med = statistics.median(proc) if proc else float("nan")
+    spikes = [(p, g) for p, g in zip(proc, gc) if p > spike * med]
+    others = [g for p, g in zip(proc, gc) if p <= spike * med]
+    excess = sum(p - med for p, _ in spikes)
+    full = sum(n for name, n in result["collections"].items() if "MarkSweep" in name or "Old" in name)
+    young = sum(n for name, n in result["collections"].items() if not ("MarkSweep" in name or "Old" in name))
+    corr = statistics.correlation(proc, gc) if len(proc) > 2 and len(set(gc)) > 1 else float("nan")
+    return {
+        "heap": heap, "rep": rep, "batches": len(proc), "spikes": len(spikes),
+        "median_processing_s": round(med, 3),
+        "gc_ms_spike": round(1000 * statistics.fmean([g for _, g in spikes]), 1) if spikes else None,
+        "gc_ms_other": round(1000 * statistics.fmean(others), 1) if others else None,
+        "spikes_with_gc": round(sum(1 for p, g in spikes if g >= 0.5 * (p - med)) / len(spikes), 3) if spikes else None,
+        "excess_explained": round(sum(g for _, g in spikes) / excess, 3) if excess > 0 else None,
+        "corr": round(corr, 3), "young_gcs": young, "full_gcs": full,
+        "gc_s_total": round(sum(gc), 2), "processing_s_total": round(sum(proc), 2),
+    }
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--workload", default="LR1S")
+    ap.add_argument("--policy", default="lmstream")
+    ap.add_argument("--rate", type=float, default=1000.0)
+    ap.add_argument("--speedup", type=float, default=2.0)
+    ap.add_argument("--duration", type=float, default=120.0, help="simulated seconds of each measured run")
+    ap.add_argument("--warmup", type=float, default=20.0, help="simulated seconds of a discarded run first")
+    ap.add_argument("--heaps", default="1g,4g", help="driver heaps (spark.driver.memory), comma-separated")
+    ap.add_argument("--reps", type=int, default=2)
+    ap.add_argument("--spike", type=float, default=1.5, help="a spike: processing time above this times the median")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--out", type=Path, default=Path(__file__).parent / "results")
+    ap.add_argument("--one", default=None, help=argparse.SUPPRESS)  # internal: one run in this process, JSON out
+    args = ap.parse_args(argv)
+    if args.one is not None:
+        print("RESULT " + json.dumps(one_run(args), default=float), flush=True)
+        return 0
+
+    heaps = [h.strip() for h in args.heaps.split(",") if h.strip()]
+    runs, every = [], []
+    total = args.reps * len(heaps)
+    for rep in range(args.reps):
+        for heap in (heaps if rep % 2 == 0 else heaps[::-1]):  # in turn, order alternating
+            print(f"[{len(runs) + 1}/{total}] {args.workload} {args.policy} heap {heap} rep {rep} ...", flush=True)
+            started = time.time()
+            cmd = [sys.executable, __file__, "--one", heap, "--workload", args.workload, "--policy", args.policy,
+                   "--rate", str(args.rate), "--speedup", str(args.speedup), "--duration", str(args.duration),
+                   "--warmup", str(args.warmup), "--seed", str(args.seed)]
+            proc = subprocess.run(cmd, capture_output=True, text=True)
+            line = next((x for x in proc.stdout.splitlines() if x.startswith("RESULT ")), None)
+            if proc.returncode != 0 or line is None:
+                print(proc.stderr[-3000:], file=sys.stderr)
+                print(f"error: the run with heap {heap} failed (exit {proc.returncode})", file=sys.stderr)
+                return 1
+            result = json.loads(line[len("RESULT "):])
+            row = summarize(heap, rep, result, args.spike)
+            row["wall_s"] = round(time.time() - started, 1)
+            runs.append(row)
+            every += [{"heap": heap, "rep": rep, **b} for b in result["batches"]]
+            print(f"    {row['batches']} batches, {row['spikes']} spikes (median {row['median_processing_s']} s): "
+                  f"GC {row['gc_ms_spike']} ms in spikes vs {row['gc_ms_other']} ms in others, "
+                  f"{row['spikes_with_gc']} of spikes with GC, excess explained {row['excess_explained']}, "
+                  f"corr {row['corr']}, young {row['young_gcs']} / full {row['full_gcs']} collections", flush=True)
+    meta = {"workload": args.workload, "policy": args.policy, "rate": args.rate, "speedup": args.speedup,
+            "duration_s": args.duration, "spike": args.spike, "reps": args.reps, "collector": "serial (the kit's)"}
+    path = write_run_results(args.out, "gc-spikes", meta, runs)
+    batches_path = path.with_name(path.stem + "-batches.csv")
+    import csv
+
+    with open(batches_path, "w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=list(dict.fromkeys(k for b in every for k in b)))
+        writer.writeheader()
+        writer.writerows(every)
+    print(f"results: {path} and {batches_path.name}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
