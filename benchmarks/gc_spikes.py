@@ -1,6 +1,7 @@
 """Are a query's processing spikes the driver JVM's garbage collection?  Per batch, side by side.
 
     .venv/bin/python benchmarks/gc_spikes.py                          # LR1S, lmstream, heaps 1g and 4g
+    .venv/bin/python benchmarks/gc_spikes.py --heaps 4g --collectors serial,parallel,g1
     .venv/bin/python benchmarks/gc_spikes.py --workload CM1S --heaps 1g --reps 1
 
 Issue 15 found LR1S's batches about twice as slow as usual once every 7 or so, in Spark's
@@ -9,9 +10,10 @@ them.  The kit's driver runs Java's serial collector, which stops every thread w
 local mode the driver runs the tasks too.  Since this script's commit, each batch's Spark progress
 carries the driver JVM's collection since the batch before (``jvm_gc_ms``) and its heap after it.
 
-Each run is a fresh process (the heap is fixed when the JVM starts): a discarded warm-up, then
-``--duration`` simulated seconds of the workload under ``--policy``.  Heaps run in turn, order
-alternating, ``--reps`` times.  A batch is a *spike* where its processing time exceeds
+Each run is a fresh process (the heap and the collector are fixed when the JVM starts): a
+discarded warm-up, then ``--duration`` simulated seconds of the workload under ``--policy``.
+Every heap with every collector (``--collectors``: the kit's serial one, Java's parallel one, G1)
+runs in turn, order alternating, ``--reps`` times.  A batch is a *spike* where its processing time exceeds
 ``--spike`` times the run's median.  Per run it writes:
 
 * ``batches``, ``spikes`` and the median processing time;
@@ -43,14 +45,20 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from lmstream_kit.bench.outputs import write_run_results  # noqa: E402
 
 
+#: the collectors a run may name, as the JVM option that selects each (the kit's own is serial)
+COLLECTORS = {"serial": "-XX:+UseSerialGC", "parallel": "-XX:+UseParallelGC", "g1": "-XX:+UseG1GC"}
+
+
 def one_run(args) -> dict:
     """One heap setting in this process: warm-up, the measured run, its per-batch numbers."""
     from lmstream_kit.engine.session import build_session
     from lmstream_kit.live import LiveStream
     from lmstream_kit.metrics import load_metrics
 
-    spark = build_session(master="local[2]", app_name="lmstream_kit-gc-spikes",
-                          conf={"spark.driver.memory": args.one})
+    conf = {"spark.driver.memory": args.one}
+    if args.collector != "serial":
+        conf["spark.driver.extraJavaOptions"] = COLLECTORS[args.collector]
+    spark = build_session(master="local[2]", app_name="lmstream_kit-gc-spikes", conf=conf)
     root = Path(tempfile.mkdtemp(prefix="gc-spikes-"))
     try:
         def stream(name, policy, duration):
@@ -83,7 +91,7 @@ def one_run(args) -> dict:
     return {"collections": collections, "batches": batches}
 
 
-def summarize(heap: str, rep: int, result: dict, spike: float) -> dict:
+def summarize(heap: str, collector: str, rep: int, result: dict, spike: float) -> dict:
     batches = [b for b in result["batches"] if b.get("spark_jvm_gc_ms") == b.get("spark_jvm_gc_ms")]  # not NaN
     proc = [float(b["processing_s"]) for b in batches]
     gc = [float(b["spark_jvm_gc_ms"]) / 1000 for b in batches]
@@ -91,11 +99,14 @@ def summarize(heap: str, rep: int, result: dict, spike: float) -> dict:
     spikes = [(p, g) for p, g in zip(proc, gc) if p > spike * med]
     others = [g for p, g in zip(proc, gc) if p <= spike * med]
     excess = sum(p - med for p, _ in spikes)
-    full = sum(n for name, n in result["collections"].items() if "MarkSweep" in name or "Old" in name)
-    young = sum(n for name, n in result["collections"].items() if not ("MarkSweep" in name or "Old" in name))
+    def is_full(name: str) -> bool:  # serial: MarkSweepCompact; parallel: PS MarkSweep; G1: G1 Old Generation
+        return "MarkSweep" in name or "Old" in name
+
+    full = sum(n for name, n in result["collections"].items() if is_full(name))
+    young = sum(n for name, n in result["collections"].items() if not is_full(name) and "Concurrent" not in name)
     corr = statistics.correlation(proc, gc) if len(proc) > 2 and len(set(gc)) > 1 else float("nan")
     return {
-        "heap": heap, "rep": rep, "batches": len(proc), "spikes": len(spikes),
+        "heap": heap, "collector": collector, "rep": rep, "batches": len(proc), "spikes": len(spikes),
         "median_processing_s": round(med, 3),
         "gc_ms_spike": round(1000 * statistics.fmean([g for _, g in spikes]), 1) if spikes else None,
         "gc_ms_other": round(1000 * statistics.fmean(others), 1) if others else None,
@@ -115,6 +126,8 @@ def main(argv=None) -> int:
     ap.add_argument("--duration", type=float, default=120.0, help="simulated seconds of each measured run")
     ap.add_argument("--warmup", type=float, default=20.0, help="simulated seconds of a discarded run first")
     ap.add_argument("--heaps", default="1g,4g", help="driver heaps (spark.driver.memory), comma-separated")
+    ap.add_argument("--collectors", default="serial", help=f"driver collectors: {', '.join(COLLECTORS)}")
+    ap.add_argument("--collector", default="serial", choices=sorted(COLLECTORS), help=argparse.SUPPRESS)
     ap.add_argument("--reps", type=int, default=2)
     ap.add_argument("--spike", type=float, default=1.5, help="a spike: processing time above this times the median")
     ap.add_argument("--seed", type=int, default=0)
@@ -126,15 +139,22 @@ def main(argv=None) -> int:
         return 0
 
     heaps = [h.strip() for h in args.heaps.split(",") if h.strip()]
+    collectors = [c.strip() for c in args.collectors.split(",") if c.strip()]
+    unknown = [c for c in collectors if c not in COLLECTORS]
+    if unknown:
+        print(f"error: unknown collector {unknown[0]!r}; known: {', '.join(COLLECTORS)}", file=sys.stderr)
+        return 2
+    configs = [(h, c) for h in heaps for c in collectors]
     runs, every = [], []
-    total = args.reps * len(heaps)
+    total = args.reps * len(configs)
     for rep in range(args.reps):
-        for heap in (heaps if rep % 2 == 0 else heaps[::-1]):  # in turn, order alternating
-            print(f"[{len(runs) + 1}/{total}] {args.workload} {args.policy} heap {heap} rep {rep} ...", flush=True)
+        for heap, collector in (configs if rep % 2 == 0 else configs[::-1]):  # in turn, order alternating
+            print(f"[{len(runs) + 1}/{total}] {args.workload} {args.policy} heap {heap} {collector} rep {rep} ...",
+                  flush=True)
             started = time.time()
-            cmd = [sys.executable, __file__, "--one", heap, "--workload", args.workload, "--policy", args.policy,
-                   "--rate", str(args.rate), "--speedup", str(args.speedup), "--duration", str(args.duration),
-                   "--warmup", str(args.warmup), "--seed", str(args.seed)]
+            cmd = [sys.executable, __file__, "--one", heap, "--collector", collector, "--workload", args.workload,
+                   "--policy", args.policy, "--rate", str(args.rate), "--speedup", str(args.speedup),
+                   "--duration", str(args.duration), "--warmup", str(args.warmup), "--seed", str(args.seed)]
             proc = subprocess.run(cmd, capture_output=True, text=True)
             line = next((x for x in proc.stdout.splitlines() if x.startswith("RESULT ")), None)
             if proc.returncode != 0 or line is None:
@@ -142,16 +162,16 @@ def main(argv=None) -> int:
                 print(f"error: the run with heap {heap} failed (exit {proc.returncode})", file=sys.stderr)
                 return 1
             result = json.loads(line[len("RESULT "):])
-            row = summarize(heap, rep, result, args.spike)
+            row = summarize(heap, collector, rep, result, args.spike)
             row["wall_s"] = round(time.time() - started, 1)
             runs.append(row)
-            every += [{"heap": heap, "rep": rep, **b} for b in result["batches"]]
+            every += [{"heap": heap, "collector": collector, "rep": rep, **b} for b in result["batches"]]
             print(f"    {row['batches']} batches, {row['spikes']} spikes (median {row['median_processing_s']} s): "
                   f"GC {row['gc_ms_spike']} ms in spikes vs {row['gc_ms_other']} ms in others, "
                   f"{row['spikes_with_gc']} of spikes with GC, excess explained {row['excess_explained']}, "
                   f"corr {row['corr']}, young {row['young_gcs']} / full {row['full_gcs']} collections", flush=True)
     meta = {"workload": args.workload, "policy": args.policy, "rate": args.rate, "speedup": args.speedup,
-            "duration_s": args.duration, "spike": args.spike, "reps": args.reps, "collector": "serial (the kit's)"}
+            "duration_s": args.duration, "spike": args.spike, "reps": args.reps}
     path = write_run_results(args.out, "gc-spikes", meta, runs)
     batches_path = path.with_name(path.stem + "-batches.csv")
     import csv

@@ -24,3 +24,13 @@ def test_a_kit_session_starts_without_spark_log_level_lines(tmp_path):
     assert proc.returncode == 0 and "session " in proc.stdout, out[-3000:]
     for line in ("Setting default log level", "To adjust logging level", "Using Spark's default log4j profile"):
         assert line not in out, out[-3000:]
+
+
+def test_the_drivers_collector_is_the_serial_one_unless_the_caller_names_another():
+    from lmstream_kit.engine.session import driver_java_options
+
+    default = driver_java_options().split()
+    assert default[:2] == ["-Xss16m", "-XX:+UseSerialGC"] and default[2].startswith("-Dlog4j2.configurationFile=")
+    given = driver_java_options("-XX:+UseParallelGC -Xmn512m").split()
+    assert "-XX:+UseSerialGC" not in given and given[-2:] == ["-XX:+UseParallelGC", "-Xmn512m"]
+    assert driver_java_options("-Xmx2g").split()[1] == "-XX:+UseSerialGC"  # no collector named: serial stays

@@ -9,6 +9,7 @@ quiet logs.
 from __future__ import annotations
 
 import os
+import re
 import sys
 from pathlib import Path
 from contextlib import contextmanager
@@ -41,8 +42,23 @@ DEFAULT_CONF: dict[str, str] = {
 #: JVM options of the driver, always added in front of the caller's
 #: ``spark.driver.extraJavaOptions``: Spark's interruption check can overflow a
 #: 1 MB thread stack on stop, and the log configuration keeps start-up quiet.
+#: The serial collector starts fastest on two cores; a caller's ``-XX:+Use...GC``
+#: replaces it (it stops every thread while it runs: benchmarks/gc_spikes.py).
 DRIVER_JAVA_OPTIONS = ("-Xss16m", "-XX:+UseSerialGC")
 LOG4J_CONFIG = Path(__file__).with_name("log4j2.properties")
+
+def driver_java_options(extra: str | None = None) -> str:
+    """The driver's JVM options: :data:`DRIVER_JAVA_OPTIONS`, the log configuration, then ``extra``
+    (the caller's ``spark.driver.extraJavaOptions``), whose collector replaces the serial one."""
+    options = list(DRIVER_JAVA_OPTIONS)
+    if LOG4J_CONFIG.exists():
+        options.append(f"-Dlog4j2.configurationFile=file:{LOG4J_CONFIG}")
+    if extra and re.search(r"-XX:\+Use\w+GC\b", str(extra)):  # the caller's collector, not the serial one
+        options.remove("-XX:+UseSerialGC")
+    if extra:
+        options.append(str(extra))
+    return " ".join(options)
+
 
 def prepare_environment() -> None:
     """Environment every Spark process inherits: loopback and our interpreter."""
@@ -80,13 +96,7 @@ def build_session(
 
     settings = dict(DEFAULT_CONF)
     settings.update(conf or {})
-    java_options = list(DRIVER_JAVA_OPTIONS)
-    if LOG4J_CONFIG.exists():
-        java_options.append(f"-Dlog4j2.configurationFile=file:{LOG4J_CONFIG}")
-    extra = settings.get("spark.driver.extraJavaOptions")
-    if extra:
-        java_options.append(extra)
-    settings["spark.driver.extraJavaOptions"] = " ".join(java_options)
+    settings["spark.driver.extraJavaOptions"] = driver_java_options(settings.get("spark.driver.extraJavaOptions"))
     if jars:
         given = [j for j in str(settings.get("spark.jars", "")).split(",") if j]
         settings["spark.jars"] = ",".join([*given, *(str(j) for j in jars)])
