@@ -1,19 +1,21 @@
 """Are a query's processing spikes the driver JVM's garbage collection?  Per batch, side by side.
 
-    .venv/bin/python benchmarks/gc_spikes.py                          # LR1S, lmstream, heaps 1g and 4g
-    .venv/bin/python benchmarks/gc_spikes.py --heaps 4g --collectors serial,parallel,g1
+    .venv/bin/python benchmarks/gc_spikes.py                          # LR1S, lmstream, 4g, serial vs parallel
+    .venv/bin/python benchmarks/gc_spikes.py --heaps 1g,4g --collectors serial,parallel,g1
     .venv/bin/python benchmarks/gc_spikes.py --workload CM1S --heaps 1g --reps 1
 
 Issue 15 found LR1S's batches about twice as slow as usual once every 7 or so, in Spark's
 ``addBatch`` and ``queryPlanning``, and no model of the batch's bytes, windows or state predicted
-them.  The kit's driver runs Java's serial collector, which stops every thread while it runs; in
-local mode the driver runs the tasks too.  Since this script's commit, each batch's Spark progress
-carries the driver JVM's collection since the batch before (``jvm_gc_ms``) and its heap after it.
+them.  The kit's driver then ran Java's serial collector, which stops every thread while it runs;
+in local mode the driver runs the tasks too.  Each batch's Spark progress carries the driver JVM's
+collection since the batch before (``jvm_gc_ms``) and its heap after it.  This script's runs
+showed the spikes to be that collector's, and the kit's driver now runs the parallel one
+(:data:`lmstream_kit.engine.session.DRIVER_COLLECTOR`).
 
 Each run is a fresh process (the heap and the collector are fixed when the JVM starts): a
 discarded warm-up, then ``--duration`` simulated seconds of the workload under ``--policy``.
-Every heap with every collector (``--collectors``: the kit's serial one, Java's parallel one, G1)
-runs in turn, order alternating, ``--reps`` times.  A batch is a *spike* where its processing time exceeds
+Every heap with every collector (``--collectors``: serial, parallel, the kit's since this
+script, and G1) runs in turn, order alternating, ``--reps`` times.  A batch is a *spike* where its processing time exceeds
 ``--spike`` times the run's median.  Per run it writes:
 
 * ``batches``, ``spikes`` and the median processing time;
@@ -55,9 +57,7 @@ def one_run(args) -> dict:
     from lmstream_kit.live import LiveStream
     from lmstream_kit.metrics import load_metrics
 
-    conf = {"spark.driver.memory": args.one}
-    if args.collector != "serial":
-        conf["spark.driver.extraJavaOptions"] = COLLECTORS[args.collector]
+    conf = {"spark.driver.memory": args.one, "spark.driver.extraJavaOptions": COLLECTORS[args.collector]}
     spark = build_session(master="local[2]", app_name="lmstream_kit-gc-spikes", conf=conf)
     root = Path(tempfile.mkdtemp(prefix="gc-spikes-"))
     try:
@@ -125,8 +125,8 @@ def main(argv=None) -> int:
     ap.add_argument("--speedup", type=float, default=2.0)
     ap.add_argument("--duration", type=float, default=120.0, help="simulated seconds of each measured run")
     ap.add_argument("--warmup", type=float, default=20.0, help="simulated seconds of a discarded run first")
-    ap.add_argument("--heaps", default="1g,4g", help="driver heaps (spark.driver.memory), comma-separated")
-    ap.add_argument("--collectors", default="serial", help=f"driver collectors: {', '.join(COLLECTORS)}")
+    ap.add_argument("--heaps", default="4g", help="driver heaps (spark.driver.memory), comma-separated")
+    ap.add_argument("--collectors", default="serial,parallel", help=f"driver collectors: {', '.join(COLLECTORS)}")
     ap.add_argument("--collector", default="serial", choices=sorted(COLLECTORS), help=argparse.SUPPRESS)
     ap.add_argument("--reps", type=int, default=2)
     ap.add_argument("--spike", type=float, default=1.5, help="a spike: processing time above this times the median")

@@ -26,11 +26,11 @@ def test_a_kit_session_starts_without_spark_log_level_lines(tmp_path):
         assert line not in out, out[-3000:]
 
 
-def test_the_drivers_collector_is_the_serial_one_unless_the_caller_names_another():
+def test_the_drivers_collector_is_the_parallel_one_unless_the_caller_names_another():
     from lmstream_kit.engine.session import driver_java_options
 
     default = driver_java_options().split()
-    assert default[:2] == ["-Xss16m", "-XX:+UseSerialGC"] and default[2].startswith("-Dlog4j2.configurationFile=")
-    given = driver_java_options("-XX:+UseParallelGC -Xmn512m").split()
-    assert "-XX:+UseSerialGC" not in given and given[-2:] == ["-XX:+UseParallelGC", "-Xmn512m"]
-    assert driver_java_options("-Xmx2g").split()[1] == "-XX:+UseSerialGC"  # no collector named: serial stays
+    assert default[:2] == ["-Xss16m", "-XX:+UseParallelGC"] and default[2].startswith("-Dlog4j2.configurationFile=")
+    given = driver_java_options("-XX:+UseSerialGC -XX:TieredStopAtLevel=1").split()
+    assert "-XX:+UseParallelGC" not in given and given[-2:] == ["-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1"]
+    assert driver_java_options("-Xmx2g").split()[1] == "-XX:+UseParallelGC"  # no collector named: the kit's
