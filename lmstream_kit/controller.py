@@ -45,7 +45,7 @@ from typing import Any
 
 from .exceptions import ConfigError
 from .protocol import BatchController, Param
-from .service_model import window_ends_passed
+from .service_model import HeapForecast, window_ends_passed
 from .stats import (
     ServiceTimeModel,
     _check_history,
@@ -385,6 +385,7 @@ class AdmissionController(BatchController):
         self._features_model = None  # FeatureServiceModel, made when service_model="features" first predicts
         self._state: dict[str, float] = {}  # state rows, bytes and removals from Spark's last progress
         self._last_eviction: float | None = None  # when a progress last reported state rows removed
+        self._heap = HeapForecast()  # whether a batch will stop for the driver's collector (progress' heap)
         self._changes: list[ParamChange] = []
         self._n_reported = 0  # how many of _changes pop_changes already returned
         self._sync_prior()
@@ -529,6 +530,7 @@ class AdmissionController(BatchController):
             out["windows_closed"] = float(len(closing))
         if self._last_eviction is not None:
             out["since_eviction_s"] = max(0.0, now - self._last_eviction)
+        out.update(self._heap.features(sum(float(getattr(d, "rows", 0) or 0) for d in pending)))
         return out
 
     def _predict(self, nbytes: float, features: Mapping[str, float] | None) -> float:
@@ -540,14 +542,16 @@ class AdmissionController(BatchController):
         return self._model.predict(nbytes)
 
     def on_progress(self, progress: Mapping[str, Any]) -> None:
-        """Spark reported a batch's progress: keep its state size and note an eviction.
+        """Spark reported a batch's progress: keep its state size, note an eviction, learn the heap.
 
         ``progress`` holds ``state_rows``, ``state_bytes`` and ``state_rows_removed`` (sums over
-        the query's stateful operators; see :func:`lmstream_kit.engine.listener.progress_record`).
+        the query's stateful operators; see :func:`lmstream_kit.engine.listener.progress_record`),
+        and the driver JVM's heap and collections, which the :class:`HeapForecast` learns from.
         """
         state = {k: float(progress[k]) for k in ("state_rows", "state_bytes", "state_rows_removed")
                  if isinstance(progress.get(k), (int, float)) and math.isfinite(progress[k]) and progress[k] >= 0}
         with self._lock:
+            self._heap.observe(progress)
             self._state = state
             if state.get("state_rows_removed", 0.0) > 0:
                 self._last_eviction = time.time()

@@ -33,7 +33,8 @@ import numpy as np
 from .exceptions import ConfigError
 from .stats import ServiceTimeModel, nearest_rank_quantile
 
-__all__ = ["FEATURES", "INPUTS", "FeatureServiceModel", "compare_errors", "window_ends_passed", "windows_closed"]
+__all__ = ["FEATURES", "INPUTS", "FeatureServiceModel", "HeapForecast", "compare_errors", "window_ends_passed",
+           "windows_closed"]
 
 #: What the caller passes to :meth:`FeatureServiceModel.observe` and ``predict``, with its unit.
 #: All are known before the batch is admitted; a missing one counts as 0.
@@ -45,6 +46,10 @@ INPUTS: dict[str, str] = {
     "state_rows_removed": "state rows the last progress reported removed (sum of numRowsRemoved)",
     "since_eviction_s": "wall seconds since the last batch that removed state rows",
     "partitions": "partitions the batch will be processed with (count)",
+    "young_gc_due": "1 where the batch's rows would fill the driver's eden: a young collection pauses it "
+                    "(HeapForecast), else 0",
+    "full_gc_due": "1 where that collection would also overflow the old generation: a full collection, "
+                   "the long pause (HeapForecast), else 0",
 }
 
 #: The model's features: the :data:`INPUTS`, then the interaction ``windows_closed x state_rows``
@@ -433,6 +438,68 @@ def _run_fit(X: np.ndarray, y: np.ndarray) -> _Fit | Exception:
 # ---------------------------------------------------------------------------
 # pure helpers
 # ---------------------------------------------------------------------------
+
+
+class HeapForecast:
+    """Whether a batch of ``rows`` rows will stop for the driver JVM's garbage collector.
+
+    In local mode the driver runs the tasks, and its collector stops them: a *young* collection
+    when eden, where new objects go, is full, and a *full* one when a young collection cannot
+    promote its survivors into the old generation.  Both are predictable from the heap after the
+    last batch (the ``eden_*`` and ``old_*`` fields of Spark's progress, which
+    :class:`lmstream_kit.engine.listener.JvmMemory` adds) and two rates learned from it: the eden
+    bytes a row allocates (median over batches that did not collect) and the old-generation
+    bytes a young collection promotes (median over batches whose collections were young only).
+    :meth:`observe` each progress; :meth:`features` says ``young_gc_due`` and ``full_gc_due``
+    (1.0 or 0.0) for a candidate batch, or {} before it has learned.
+
+    >>> h = HeapForecast()
+    >>> mb = 2**20
+    >>> def progress(rows, eden, old, young=0, full=0):
+    ...     return {"numInputRows": rows, "eden_used_bytes": eden * mb, "eden_committed_bytes": 100 * mb,
+    ...             "old_used_bytes": old * mb, "old_committed_bytes": 300 * mb,
+    ...             "jvm_gc_count": young + full, "jvm_full_gc_count": full}
+    >>> for p in (progress(0, 10, 250), progress(1000, 40, 250), progress(1000, 70, 250),   # 30 MB a 1000 rows
+    ...           progress(1000, 0, 270, young=1), progress(1000, 30, 270)):              # 20 MB promoted
+    ...     h.observe(p)
+    >>> h.features(1000), h.features(3000)                                     # eden at 30 of 100 MB
+    ({'young_gc_due': 0.0, 'full_gc_due': 0.0}, {'young_gc_due': 1.0, 'full_gc_due': 0.0})
+    >>> h.observe(progress(1000, 60, 290)); h.features(2000)                   # 290 + 20 > 300: full
+    {'young_gc_due': 1.0, 'full_gc_due': 1.0}
+    """
+
+    _NEEDS = ("eden_used_bytes", "eden_committed_bytes", "old_used_bytes", "old_committed_bytes")
+
+    def __init__(self, history: int = 30) -> None:
+        self._alloc: deque[float] = deque(maxlen=history)  # eden bytes per row, batches without a collection
+        self._promoted: deque[float] = deque(maxlen=history)  # old bytes per young collection
+        self._last: dict[str, float] | None = None
+
+    def observe(self, progress: Mapping[str, Any]) -> None:
+        """Spark's progress of a batch (with the heap after it); one without the heap's fields is skipped."""
+        now = {k: float(progress[k]) for k in (*self._NEEDS, "jvm_gc_count", "jvm_full_gc_count", "numInputRows")
+               if isinstance(progress.get(k), numbers.Real) and math.isfinite(progress[k])}
+        if not all(k in now for k in self._NEEDS):
+            return
+        last, self._last = self._last, now
+        if last is None or "jvm_gc_count" not in now:
+            return
+        rows, collections, full = now.get("numInputRows", 0.0), now["jvm_gc_count"], now.get("jvm_full_gc_count", 0.0)
+        if collections == 0 and rows > 0 and now["eden_used_bytes"] > last["eden_used_bytes"]:
+            self._alloc.append((now["eden_used_bytes"] - last["eden_used_bytes"]) / rows)
+        elif collections > 0 and full == 0 and now["old_used_bytes"] >= last["old_used_bytes"]:
+            self._promoted.append((now["old_used_bytes"] - last["old_used_bytes"]) / collections)
+
+    def features(self, rows: float) -> dict[str, float]:
+        """``young_gc_due`` and ``full_gc_due`` for a batch of ``rows`` rows admitted now ({} before any rate)."""
+        last = self._last
+        if last is None or not self._alloc:
+            return {}
+        need = float(np.median(self._alloc)) * max(0.0, float(rows))
+        young = last["eden_used_bytes"] + need > last["eden_committed_bytes"]
+        promoted = float(np.median(self._promoted)) if self._promoted else 0.0
+        full = young and last["old_used_bytes"] + promoted > last["old_committed_bytes"]
+        return {"young_gc_due": float(young), "full_gc_due": float(full)}
 
 
 def window_ends_passed(

@@ -72,3 +72,33 @@ def test_the_record_carries_the_admission_features_back_to_the_model():
                      admitted_at=0.0, completed_at=1.4, extra=fields))
     assert c.feature_model.n == n + 1
     c.close()
+
+
+def test_a_batch_that_would_start_a_full_collection_is_predicted_slower():
+    """LR1S under the serial collector: 0.5 s a batch, 0.6 s more when it overflows the old generation."""
+    mb = 2**20
+    c = AdmissionController(slide_s=2.5, service_model="features", prior_processing_s=0.5)
+
+    def progress(rows, eden, old, young=0, full=0):
+        return {"numInputRows": rows, "eden_used_bytes": eden * mb, "eden_committed_bytes": 100 * mb,
+                "old_used_bytes": old * mb, "old_committed_bytes": 300 * mb, "jvm_gc_count": young + full,
+                "jvm_full_gc_count": full}
+
+    c.on_progress(progress(0, 0, 200))
+    eden, old = 0, 200
+    for k in range(40):  # 500 rows allocate 60 MB of eden: a young collection every other batch
+        young = eden + 60 > 100
+        full = young and old + 25 > 300
+        features = c.decide(100.0 + k, pending(20, 25)).features  # 5 datasets of 100 rows
+        c.observe(BatchObservation(rows=500, nbytes=50_000, processing_s=0.5 + 0.6 * full + 0.1 * young,
+                                   max_latency_s=2.0, features=features))
+        eden, old = (60, (200 if full else old + 25)) if young else (eden + 60, old)
+        c.on_progress(progress(500, eden, old, young=int(young and not full), full=int(full)))
+        assert c.feature_model.wait(timeout=30)
+    d = c.decide(200.0, pending(20, 25))
+    # eden 60 + 60 overflows; the old generation is at 200 + 25 * k: the forecast says which collection comes
+    assert d.features["young_gc_due"] == 1.0
+    assert d.features["full_gc_due"] == float(old + 25 > 300)
+    expected = 0.5 + 0.1 + 0.6 * (old + 25 > 300)
+    assert d.predicted_s == pytest.approx(expected, abs=0.05)
+    assert c.model.predict(50_000) == pytest.approx(0.5 + 0.05 + 0.6 * 0.1, abs=0.1)  # bytes alone: the mean

@@ -105,8 +105,9 @@ def test_features_that_never_vary_are_dropped():
               0.2 + 1e-6 * 1e5 * (1 + i % 4) + 0.3 * (i % 5 == 4)) for i in range(20)]
     model = fitted(trace)
     coef = model.coefficients
-    assert model.snapshot()["dropped"] == ["state_rows", "state_bytes", "state_rows_removed",
-                                           "since_eviction_s", "partitions", "windows_closed_x_state_rows"]
+    assert model.snapshot()["dropped"] == ["state_rows", "state_bytes", "state_rows_removed", "since_eviction_s",
+                                           "partitions", "young_gc_due", "full_gc_due",
+                                           "windows_closed_x_state_rows"]
     assert coef["partitions"] == 0.0 and coef["state_rows"] == 0.0
     assert coef["intercept"] == pytest.approx(0.2, rel=1e-9)
     assert model.predict({"bytes": 2e5, "windows_closed": 1, "partitions": 8}) == pytest.approx(0.7, rel=1e-9)

@@ -85,10 +85,12 @@ def test_the_jvm_meter_counts_a_collection_between_two_samples(spark):
     meter = JvmMemory(spark)
     first = meter.sample()
     assert "jvm_gc_ms" not in first and first["heap_used_bytes"] > 0  # the baseline has no deltas
-    spark._jvm.java.lang.System.gc()  # a full collection under the driver's serial collector
+    spark._jvm.java.lang.System.gc()  # a full collection
     after = meter.sample()
-    assert after["jvm_gc_count"] >= 1 and after["jvm_gc_ms"] >= 0
-    assert 0 < after["heap_used_bytes"] <= after["heap_max_bytes"]
+    assert after["jvm_gc_count"] >= 1 and after["jvm_full_gc_count"] >= 1 and after["jvm_gc_ms"] >= 0
+    assert 0 < after["heap_used_bytes"] <= after["heap_committed_bytes"] <= after["heap_max_bytes"]
+    for part in ("eden", "old"):  # the generations the heap forecast reads
+        assert 0 <= after[f"{part}_used_bytes"] <= after[f"{part}_committed_bytes"]
 
 
 @pytest.mark.timing

@@ -33,30 +33,51 @@ class JvmMemory:
     """The driver JVM's garbage collection and heap, from its management beans (py4j).
 
     :meth:`sample` after each batch's progress tells what the JVM spent collecting since the
-    previous sample (``jvm_gc_ms``, ``jvm_gc_count``: every collector summed; with the driver's
-    serial collector every one of those milliseconds stopped the batch that ran) and how full its
-    heap is (``heap_used_bytes`` of ``heap_max_bytes``).  In local mode the driver runs the
-    tasks too, so that is all of Spark's collection; on a cluster the executors' is in each
-    stage's ``jvmGcTime`` (:mod:`.stages`).  The first sample is the baseline: it has no deltas.
+    previous sample (``jvm_gc_ms``, ``jvm_gc_count``, of which ``jvm_full_gc_count`` collected the
+    old generation too: every collector summed) and how full its heap is after it: the whole heap
+    (``heap_used_bytes``, ``heap_committed_bytes``, ``heap_max_bytes``), the young generation's
+    eden, where new objects go and whose filling starts a young collection (``eden_used_bytes``
+    of ``eden_committed_bytes``), and the old generation, whose filling starts a full one
+    (``old_used_bytes`` of ``old_committed_bytes``).  In local mode the driver runs the tasks too,
+    so that is all of Spark's collection; on a cluster the executors' is in each stage's
+    ``jvmGcTime`` (:mod:`.stages`).  The first sample is the baseline: it has no deltas.
     """
 
     def __init__(self, spark) -> None:
-        self._factory = spark._jvm.java.lang.management.ManagementFactory
-        self._last: Optional[tuple[int, int]] = None
+        factory = spark._jvm.java.lang.management.ManagementFactory
+        self._memory = factory.getMemoryMXBean()
+        # (bean, collects the old generation): serial MarkSweepCompact, parallel PS MarkSweep, G1 Old Generation
+        self._collectors = [(b, "MarkSweep" in str(b.getName()) or "Old" in str(b.getName()))
+                            for b in factory.getGarbageCollectorMXBeans()]
+        self._pools: dict[str, object] = {}
+        for pool in factory.getMemoryPoolMXBeans():  # "Eden Space", "PS Old Gen", "Tenured Gen", "G1 Eden Space"
+            name = str(pool.getName())
+            if "Eden" in name:
+                self._pools["eden"] = pool
+            elif "Old Gen" in name or "Tenured" in name:
+                self._pools["old"] = pool
+        self._last: Optional[tuple[int, int, int]] = None
 
     def sample(self) -> dict:
-        gc_ms = gc_count = 0
-        for bean in self._factory.getGarbageCollectorMXBeans():
-            gc_ms += max(0, int(bean.getCollectionTime()))  # -1: this collector does not say
-            gc_count += max(0, int(bean.getCollectionCount()))
-        heap = self._factory.getMemoryMXBean().getHeapMemoryUsage()
-        out = {"heap_used_bytes": int(heap.getUsed())}
+        gc_ms = gc_count = full = 0
+        for bean, old in self._collectors:
+            count = max(0, int(bean.getCollectionCount()))  # -1: this collector does not say
+            gc_ms += max(0, int(bean.getCollectionTime()))
+            gc_count += count
+            full += count if old else 0
+        heap = self._memory.getHeapMemoryUsage()
+        out = {"heap_used_bytes": int(heap.getUsed()), "heap_committed_bytes": int(heap.getCommitted())}
         if int(heap.getMax()) > 0:  # -1: no limit set
             out["heap_max_bytes"] = int(heap.getMax())
+        for kind, pool in self._pools.items():
+            usage = pool.getUsage()
+            out[f"{kind}_used_bytes"] = int(usage.getUsed())
+            out[f"{kind}_committed_bytes"] = int(usage.getCommitted())
         if self._last is not None:
             out["jvm_gc_ms"] = gc_ms - self._last[0]
             out["jvm_gc_count"] = gc_count - self._last[1]
-        self._last = (gc_ms, gc_count)
+            out["jvm_full_gc_count"] = full - self._last[2]
+        self._last = (gc_ms, gc_count, full)
         return out
 
 
