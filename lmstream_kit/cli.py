@@ -214,7 +214,7 @@ def run(workload, traffic, rate, spread, policy, trigger_s, slide_s, tumbling, t
 #: named sweeps of ``bench --preset`` (option names as the command's parameters)
 BENCH_PRESETS = {
     "paper": {"duration": 120.0, "speedup": 2.0, "rate": 1000.0, "capacity": True, "capacity_duration": 40.0,
-              "capacity_budget": 6 * 3600.0, "overloads": ("LR2S=2000", "LR1S=2000"),
+              "capacity_budget": 6 * 3600.0, "overloads": ("LR2S=2000", "LR1S=2000"), "at_capacity": 0.8,
               # at Spark's 1 GiB the fixed trigger's growing LR1S batches at 2,000 rows/s ran out of heap
               "confs": ("spark.driver.memory=4g",)},
 }
@@ -469,6 +469,7 @@ def compare(run_dirs):
 @click.option("--capacity-start", default=None, type=float, help="First probed rate [default: --rate].")
 @click.option("--capacity-probes", default=12, show_default=True, type=int, help="Most probe runs per query and policy, repetitions included: the search bisects until [highest pass, lowest fail] is within 10%, running each bound twice (seeds --seed and --seed + 1).")
 @click.option("--overload", "overloads", multiple=True, metavar="QUERY=RATE", help="Also run every policy on QUERY at RATE rows per simulated second (constant traffic): pick a rate above the fixed trigger's capacity for the paper's Fig. 1, where its maximum latency grows batch after batch (repeatable).")
+@click.option("--at-capacity", "at_capacity", default=None, type=float, metavar="SHARE", help="With --capacity: then run every policy once per query at SHARE of asap's measured capacity (e.g. 0.8), constant traffic; the report's goals read them.")
 @click.option("--tumbling-target", default="window", show_default=True, type=click.Choice(["window", "paper"]), help="lmstream's target on tumbling queries: batch up to the window's length and admit at once what closes a window, or LMStream's running mean of past max latencies (paper).")
 @click.option("--service-model", default="bytes", show_default=True, type=click.Choice(["bytes", "features"]), help="lmstream's service-time model: bytes, or bytes, windows closed, state and evictions.")
 @click.option("--catch-up", "catch_up", default="chunks", show_default=True, type=click.Choice(["chunks", "all"]), help="lmstream's rule for a backlog that cannot meet the target in one batch: chunks that fit it, or all at once (LMStream's).")
@@ -484,10 +485,10 @@ def compare(run_dirs):
 @click.option("--jars", default=None, help="Comma-separated jars for Spark (spark.jars).")
 @click.option("--feed", default=None, metavar="kafka://HOST:PORT/PREFIX", help="Send every run's traffic through a Kafka topic of its own (PREFIX-RUN-START, created) and stream from it; ?format=avro for Avro values [default: the spool].")
 @click.option("--kafka-partitions", default=2, show_default=True, type=int, help="Partitions of each topic of --feed.")
-@click.option("--preset", default=None, type=click.Choice(sorted(BENCH_PRESETS)), help="Start from a named sweep; options given explicitly override it. paper: the reproduction of docs/reproduction.md (all six queries, three policies, both traffic kinds, 120 simulated s at speedup 2, the capacity search with a 6 h budget, overload cells for Fig. 1 at 2,000 rows/s on LR2S and LR1S, a 4 GiB driver heap; a --conf given adds to its confs).")
+@click.option("--preset", default=None, type=click.Choice(sorted(BENCH_PRESETS)), help="Start from a named sweep; options given explicitly override it. paper: the reproduction of docs/reproduction.md (all six queries, three policies, both traffic kinds, 120 simulated s at speedup 2, the capacity search with a 6 h budget, overload cells for Fig. 1 at 2,000 rows/s on LR2S and LR1S, cells at 80% of asap's capacity, a 4 GiB driver heap; a --conf given adds to its confs).")
 @click.option("--resume", is_flag=True, default=False, help="Go on with the interrupted bench in --out: the cells and capacity probes it finished are kept, the rest run. Give the same options (a setting that changes what a cell measures is refused).")
 @click.option("--out", "out", required=True, type=click.Path(path_type=Path), help="Bench directory.")
-def bench(queries, policies, traffic, duration, repeat, speedup, rate, spread, seed, trigger_s, warmup_s, capacity, capacity_duration, capacity_start, capacity_probes, capacity_budget, overloads, tumbling_target, service_model, catch_up, output, master, results_format, reproduction, notes, device_mode, optimizer, confs, jars, feed, kafka_partitions, preset, resume, out):
+def bench(queries, policies, traffic, duration, repeat, speedup, rate, spread, seed, trigger_s, warmup_s, capacity, capacity_duration, capacity_start, capacity_probes, capacity_budget, overloads, at_capacity, tumbling_target, service_model, catch_up, output, master, results_format, reproduction, notes, device_mode, optimizer, confs, jars, feed, kafka_partitions, preset, resume, out):
     """Run queries x policies x traffic and write results.parquet and report.html.
 
     Every cell runs to the end of its traffic on one SparkSession; the same
@@ -507,13 +508,15 @@ def bench(queries, policies, traffic, duration, repeat, speedup, rate, spread, s
         capacity_duration = values.get("capacity_duration", capacity_duration)
         capacity_budget = values.get("capacity_budget", capacity_budget)
         overloads = values.get("overloads", overloads)
+        at_capacity = values.get("at_capacity", at_capacity)
         confs = (*BENCH_PRESETS[preset].get("confs", ()), *confs)  # merged: a given key wins
     cfg = BenchConfig(
         queries=queries, policies=policies, traffic=traffic, duration_s=duration, repeat=repeat,
         speedup=speedup, rate=rate, spread=spread, seed=seed, trigger_s=trigger_s, warmup_s=warmup_s,
         capacity=capacity, capacity_duration_s=capacity_duration, capacity_start=capacity_start,
         capacity_probes=capacity_probes, capacity_budget_s=capacity_budget, tumbling_target=tumbling_target, catch_up=catch_up,
-        service_model=service_model, overload=_overloads(overloads), output=output, master=master,
+        service_model=service_model, overload=_overloads(overloads), at_capacity=at_capacity, output=output,
+        master=master,
         results_format=results_format,
         spark_conf=_spark_conf(confs, jars), device_mode=device_mode, optimizer=optimizer,
         feed=feed, kafka_partitions=kafka_partitions,

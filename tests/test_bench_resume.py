@@ -183,7 +183,7 @@ def test_the_paper_preset_adds_its_driver_heap_to_the_confs_given(tmp_path, monk
                                       "--resume", "--out", str(tmp_path / "b")])
     assert isinstance(result.exception, Stop), result.output
     assert seen["cfg"].spark_conf == {"spark.driver.memory": "4g", "spark.sql.shuffle.partitions": "4"}
-    assert seen["resume"] is True
+    assert seen["resume"] is True and seen["cfg"].at_capacity == 0.8
     CliRunner().invoke(cli, ["bench", "--preset", "paper", "--conf", "spark.driver.memory=8g",
                              "--out", str(tmp_path / "b")])
     assert seen["cfg"].spark_conf == {"spark.driver.memory": "8g"} and seen["resume"] is False
@@ -201,3 +201,33 @@ def test_the_cli_says_in_one_line_why_a_bench_cannot_be_resumed(tmp_path, fake, 
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1, err
     assert err[0].startswith(f"error: cannot resume the bench in {out}: its speedup was 2.0, this command gives 4.0")
+
+
+def test_cells_at_a_share_of_asaps_capacity_run_after_the_search_and_feed_the_goals(tmp_path, fake):
+    from lmstream_kit.report.goals import goals
+
+    out = tmp_path / "b"
+    calls: list = []
+    fake(make_run(calls, capacity=3000))
+    cfg = {"policies": ["lmstream", "asap"], "traffic": ["constant"], "warmup_s": 0, "capacity": True,
+           "capacity_duration_s": 10.0, "at_capacity": 0.8}
+    result = run_bench(config(**cfg), out)
+    near = result.results[result.results["load"] == "capacity"]
+    # asap's search bracketed 2828-3084 rows/s: its cells run at 0.8 x 2828
+    assert near["policy"].tolist() == ["lmstream", "asap"] and set(near["rate"]) == {2262.0}
+    assert [c[0] for c in calls[-2:]] == ["LR2S-lmstream-constant-r0-at-2262", "LR2S-asap-constant-r0-at-2262"]
+    table = goals(result.results, result.capacity, trigger_s=10.0).set_index("goal")
+    assert table.loc["bound-capacity", "met"] is True
+    assert table.loc["bound-capacity", "measured"].startswith("100.0% of batches within the bound at worst, on LR2S")
+    assert table.loc["capacity", "met"] is None  # both bracketed alike: the brackets allow either side of 1x
+    again: list = []
+    fake(make_run(again))
+    run_bench(config(**cfg), out, resume=True)
+    assert again == []  # the cells at capacity were logged too: nothing runs again
+
+
+def test_at_capacity_cells_need_the_capacity_search():
+    with pytest.raises(ConfigError, match=r"^at-capacity cells need the capacity search"):
+        config(at_capacity=0.8)
+    with pytest.raises(ConfigError, match=r"at-capacity share must be > 0 and <= 2 \(of asap's capacity\), got 0"):
+        config(at_capacity=0, capacity=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import asdict, dataclass, field
-from typing import Callable, Optional, Sequence
+from typing import Callable, Mapping, Optional, Sequence
 
 from ..devices import check_device_mode
 from ..exceptions import ConfigError
@@ -71,6 +71,12 @@ class BenchConfig:
         results; the paper's Fig. 1 is drawn from them, and the claims compare policies per rate).
         Pick a rate above the fixed trigger's capacity, where its maximum latency grows batch
         after batch.
+    at_capacity : float, optional
+        With ``capacity``: after the search, every policy runs each query once more under constant
+        traffic at this share of asap's capacity (the highest rate its search passed, rounded to a
+        row per second; ``load="capacity"`` in the results), where the bound matters most; a query
+        whose asap search passed no rate is skipped, and the bench's meta says so.  None: no such
+        cells.
     tumbling_target : {"window", "paper"}
         The lmstream controller's target on tumbling queries: batch up to the window's length and
         admit at once what closes a window, or LMStream's running mean of past maximum latencies.
@@ -114,6 +120,7 @@ class BenchConfig:
     feed: Optional[str] = None
     kafka_partitions: int = 2
     overload: dict = field(default_factory=dict)
+    at_capacity: Optional[float] = None
     tumbling_target: str = "window"
     catch_up: str = "chunks"
     service_model: str = "bytes"
@@ -174,6 +181,12 @@ class BenchConfig:
             raise ConfigError(f"catch-up must be 'chunks' or 'all', got {self.catch_up!r}")
         if self.capacity_start is not None and not self.capacity_start > 0:
             raise ConfigError(f"capacity start rate must be > 0, got {self.capacity_start!r}")
+        share = self.at_capacity
+        if share is not None and not (isinstance(share, (int, float)) and not isinstance(share, bool)
+                                      and math.isfinite(share) and 0 < share <= 2):
+            raise ConfigError(f"at-capacity share must be > 0 and <= 2 (of asap's capacity), got {share!r}")
+        if share is not None and not self.capacity:
+            raise ConfigError("at-capacity cells need the capacity search (capacity=True, bench --capacity)")
         budget = self.capacity_budget_s
         if budget is not None and not (isinstance(budget, (int, float)) and math.isfinite(budget)
                                        and budget > 0):
@@ -205,6 +218,36 @@ class BenchConfig:
         for name, w in self._workloads.items():
             if w.window_from_plan:
                 self._workloads[name] = w.with_window(*query_window(w))
+
+    def capacity_cells(self, probes: Sequence[Mapping]) -> tuple[list[dict], dict]:
+        """The cells at :attr:`at_capacity` of asap's capacity, from the capacity search's ``probes``
+        (its rows, whose last per query and policy holds the search's ``lo``), and ``{query: why}``
+        for the queries it skips.
+
+        >>> cfg = BenchConfig(queries=["LR2S", "CM2S"], policies=["lmstream", "asap"], at_capacity=0.8, capacity=True)
+        >>> probes = [{"query": "LR2S", "policy": "asap", "lo": 1000.0}, {"query": "LR2S", "policy": "asap", "lo": 2828.0},
+        ...           {"query": "CM2S", "policy": "asap", "lo": float("nan")}]
+        >>> cells, skipped = cfg.capacity_cells(probes)
+        >>> [(c["query"], c["policy"], c["rate"], c["load"]) for c in cells], skipped
+        ([('LR2S', 'lmstream', 2262.0, 'capacity'), ('LR2S', 'asap', 2262.0, 'capacity')], {'CM2S': "asap's capacity search passed no rate"})
+        """
+        if self.at_capacity is None:
+            return [], {}
+        lo: dict = {}
+        for row in probes:
+            if row.get("policy") == "asap":
+                lo[row["query"]] = row.get("lo")
+        cells, skipped = [], {}
+        for query in self.queries:
+            value = lo.get(query)
+            if not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+                skipped[query] = ("asap's capacity search passed no rate" if query in lo
+                                  else "asap's capacity was not searched")
+                continue
+            rate = float(max(1, round(self.at_capacity * float(value))))
+            cells += [{"query": query, "traffic": "constant", "rep": 0, "policy": p, "rate": rate, "load": "capacity"}
+                      for p in self.policies]
+        return cells, skipped
 
     def cells(self) -> list[dict]:
         """The sweep's cells in run order: policies of one (query, traffic, rep) back to back, then the

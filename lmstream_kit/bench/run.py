@@ -179,62 +179,69 @@ def run_bench(
         cells = cfg.cells()
         to_run = {cfg.workload(c["query"]).name for c in cells if _resume.cell_key(c) not in kept}
         warm = [q for q in cfg.queries if q in to_run] if cfg.warmup_s > 0 else []
-        total = len(cells) + len(warm)
-        done = 0
-        warmed: set[str] = set()
-        failed: Optional[str] = None  # the failed cell's error, one line
-        for cell in cells:
-            workload = cfg.workload(cell["query"])
-            row = kept.get(_resume.cell_key(cell))
-            if row is not None:  # measured before the bench was interrupted
+        progress = {"done": 0, "total": len(cells) + len(warm), "warmed": set()}
+
+        def run_cells(cells: list[dict], phase: str) -> Optional[str]:
+            """Run (or keep) ``cells`` in order; the failed cell's error (one line), None if none failed."""
+            for cell in cells:
+                workload = cfg.workload(cell["query"])
+                row = kept.get(_resume.cell_key(cell))
+                if row is not None:  # measured before the bench was interrupted
+                    rows.append(row)
+                    batch_records.extend(_batch_records(row, cell, workload, out, cfg.speedup))
+                    progress["done"] += 1
+                    notify({"phase": phase, "done": progress["done"], "total": progress["total"],
+                            "label": f"kept {row['run_dir']}"})
+                    continue
+                if cfg.warmup_s > 0 and workload.name not in progress["warmed"]:
+                    label = f"warm-up {workload.name}"
+                    notify({"phase": "warmup", "done": progress["done"], "total": progress["total"], "label": label})
+                    runner.run(workload.name, "asap", "constant", rate=cfg.rate, seed=cfg.seed,
+                               duration_s=cfg.warmup_s, run_dir=out / "runs" / f"warmup-{workload.name}")
+                    progress["warmed"].add(workload.name)
+                    progress["done"] += 1
+                label = _cell_label(workload.name, cell)
+                notify({"phase": phase, "done": progress["done"], "total": progress["total"], "label": label})
+                seed = cfg.seed + cell["rep"]
+                run_dir = out / "runs" / _cell_dir(workload.name, cell)
+                failed = None
+                try:
+                    metrics, cpu, _ = runner.run(workload.name, cell["policy"], cell["traffic"], rate=cell["rate"],
+                                                 seed=seed, duration_s=cfg.duration_s, run_dir=run_dir)
+                except Exception as exc:  # noqa: BLE001  (a cell whose stream failed: keep what it measured)
+                    from ..exceptions import one_line
+                    from ..metrics import METRICS_FILE, load_metrics
+
+                    failed = one_line(exc)
+                    metrics = load_metrics(run_dir) if (run_dir / METRICS_FILE).exists() else pd.DataFrame()
+                    cpu = None
+                row = cell_row(metrics, workload=workload, policy=cell["policy"], traffic=cell["traffic"],
+                               rep=cell["rep"], seed=seed, rate=cell["rate"], speedup=cfg.speedup,
+                               duration_s=cfg.duration_s, cpu=cpu)
+                row.update(run_dir=str(run_dir.relative_to(out)), spark_version=meta["spark_version"],
+                           feed="spool" if cfg.feed is None else "kafka", load=cell["load"],
+                           failed=failed)
                 rows.append(row)
-                batch_records.extend(_batch_records(row, cell, workload, out, cfg.speedup))
-                done += 1
-                notify({"phase": "sweep", "done": done, "total": total, "label": f"kept {row['run_dir']}"})
-                continue
-            if cfg.warmup_s > 0 and workload.name not in warmed:
-                label = f"warm-up {workload.name}"
-                notify({"phase": "warmup", "done": done, "total": total, "label": label})
-                runner.run(workload.name, "asap", "constant", rate=cfg.rate, seed=cfg.seed,
-                           duration_s=cfg.warmup_s, run_dir=out / "runs" / f"warmup-{workload.name}")
-                warmed.add(workload.name)
-                done += 1
-            overload = cell["load"] == "overload"
-            label = f"{workload.name} {cell['policy']} {cell['traffic']} r{cell['rep']}"
-            label += f" overload {cell['rate']:g} rows/s" if overload else ""
-            notify({"phase": "sweep", "done": done, "total": total, "label": label})
-            seed = cfg.seed + cell["rep"]
-            name = f"{workload.name}-{cell['policy']}-{cell['traffic']}-r{cell['rep']}"
-            run_dir = out / "runs" / (f"{name}-overload" if overload else name)
-            try:
-                metrics, cpu, _ = runner.run(workload.name, cell["policy"], cell["traffic"], rate=cell["rate"],
-                                             seed=seed, duration_s=cfg.duration_s, run_dir=run_dir)
-            except Exception as exc:  # noqa: BLE001  (a cell whose stream failed: keep what it measured)
-                from ..exceptions import one_line
-                from ..metrics import METRICS_FILE, load_metrics
+                cells_log.append(row)
+                batch_records.extend(_batch_records(row, cell, workload, out, cfg.speedup, metrics))
+                progress["done"] += 1
+                notify({"phase": phase, "done": progress["done"], "total": progress["total"], "label": label})
+                if failed is not None:  # its session may be gone with it (a JVM out of heap): stop here
+                    meta["failed"] = f"{label} failed: {failed}"
+                    return failed
+            return None
 
-                failed = one_line(exc)
-                metrics = load_metrics(run_dir) if (run_dir / METRICS_FILE).exists() else pd.DataFrame()
-                cpu = None
-            row = cell_row(metrics, workload=workload, policy=cell["policy"], traffic=cell["traffic"],
-                           rep=cell["rep"], seed=seed, rate=cell["rate"], speedup=cfg.speedup,
-                           duration_s=cfg.duration_s, cpu=cpu)
-            row.update(run_dir=str(run_dir.relative_to(out)), spark_version=meta["spark_version"],
-                       feed="spool" if cfg.feed is None else "kafka", load=cell["load"],
-                       failed=failed)
-            rows.append(row)
-            cells_log.append(row)
-            batch_records.extend(_batch_records(row, cell, workload, out, cfg.speedup, metrics))
-            done += 1
-            notify({"phase": "sweep", "done": done, "total": total, "label": label})
-            if failed is not None:  # its session may be gone with it (a JVM out of heap): stop here
-                meta["failed"] = f"{label} failed: {failed}"
-                break
-        cells_log.close()
-
+        failed = run_cells(cells, "sweep")
         probes: list[dict] = []
         if cfg.capacity and failed is None:
             probes = _capacity(cfg, runner, out, notify, prior=prior)
+            if cfg.at_capacity is not None:
+                near, skipped = cfg.capacity_cells(probes)
+                if skipped:
+                    meta["at_capacity_skipped"] = skipped
+                progress["total"] += len(near)
+                failed = run_cells(near, "sweep")
+        cells_log.close()
 
         results = pd.DataFrame(rows)
         batches = pd.DataFrame(batch_records)
@@ -245,6 +252,25 @@ def run_bench(
         return BenchResult(results, batches, capacity, meta, out)
     finally:
         engine.close()
+
+
+def _cell_label(query: str, cell: dict) -> str:
+    label = f"{query} {cell['policy']} {cell['traffic']} r{cell['rep']}"
+    if cell["load"] == "overload":
+        return label + f" overload {cell['rate']:g} rows/s"
+    if cell["load"] == "capacity":
+        return label + f" at {cell['rate']:g} rows/s (near asap's capacity)"
+    return label
+
+
+def _cell_dir(query: str, cell: dict) -> str:
+    """A cell's run directory name: ``Q-policy-traffic-rN``, with ``-overload`` or ``-at-RATE`` for those loads."""
+    name = f"{query}-{cell['policy']}-{cell['traffic']}-r{cell['rep']}"
+    if cell["load"] == "overload":
+        return f"{name}-overload"
+    if cell["load"] == "capacity":
+        return f"{name}-at-{cell['rate']:g}"
+    return name
 
 
 def _batch_records(row: dict, cell: dict, workload, out: Path, speedup: float, metrics=None) -> list[dict]:

@@ -81,24 +81,34 @@ CAPTIONS = {
         "the Spark JVM, the Python workers and the kit; vs_asap is the ratio to the asap policy."
     ),
     "claims": "The paper's headline claims beside this sweep's numbers.",
+    "goals": (
+        "The kit's own goals for the lmstream controller (issue 15), beyond the paper's claims: each "
+        "says what it asks, what this bench measured where it was worst, and by how much a goal is missed."
+    ),
+    "at_capacity": (
+        "Every policy once per query at a share of asap's measured capacity (bench --at-capacity; its "
+        "highest rate that passed), constant traffic: where the bound matters most."
+    ),
     "results": "Every sweep cell and repetition, as measured.",
 }
 
 
-def split_load(frame):
-    """``(sweep, overload)``: the rows of the sweep's cells and of its overload cells (``load``).
+def split_load(frame, load: str = "overload"):
+    """``(sweep, cells)``: the rows of the sweep's cells and of its cells at ``load`` (the ``load``
+    column: ``overload``, or ``capacity`` for the cells at a share of asap's capacity).
 
     >>> import pandas as pd
-    >>> sweep, over = split_load(pd.DataFrame({"load": ["sweep", "overload", "sweep"]}))
-    >>> len(sweep), len(over), len(split_load(pd.DataFrame({"x": [1]}))[1])
-    (2, 1, 0)
+    >>> frame = pd.DataFrame({"load": ["sweep", "overload", "sweep", "capacity"]})
+    >>> sweep, over = split_load(frame)
+    >>> len(sweep), len(over), len(split_load(frame, "capacity")[1]), len(split_load(pd.DataFrame({"x": [1]}))[1])
+    (2, 1, 1, 0)
     """
     import pandas as pd
 
     if frame is None or getattr(frame, "empty", True) or "load" not in frame.columns:
         return frame, pd.DataFrame()
-    over = frame["load"] == "overload"
-    return frame[~over].reset_index(drop=True), frame[over].reset_index(drop=True)
+    loads = frame["load"].fillna("sweep")
+    return frame[loads == "sweep"].reset_index(drop=True), frame[loads == load].reset_index(drop=True)
 
 
 def table4_caption(meta: Mapping | None) -> str:

@@ -159,7 +159,7 @@ def claims(results: pd.DataFrame, capacity: pd.DataFrame | None = None) -> pd.Da
     # a sweep with overload cells compares policies per rate: each claim names its rate
     rates = not _empty(results) and "rate" in results.columns and results["rate"].nunique() > 1
     # the bound and the overhead are the sweep's claims; the overload cells show Fig. 1 (1b)
-    sweep = (results[results["load"] != "overload"] if not _empty(results) and "load" in results.columns
+    sweep = (results[results["load"].fillna("sweep") == "sweep"] if not _empty(results) and "load" in results.columns
              else results)
 
     def add(claim: str, paper: str, ours: str, where: str, agrees: bool | None, value: float) -> None:

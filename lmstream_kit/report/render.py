@@ -37,6 +37,7 @@ from .formatting import (
     _meta_items,
     _table4_display,
 )
+from .goals import goals
 from .paper import claims
 from .tables import capacity_table, cpu_table, prediction_errors, time_shares
 
@@ -133,6 +134,12 @@ def build_report(
         parts.append(f"<figure>\n{body}\n<figcaption>{html.escape(caption)}</figcaption>\n</figure>")
 
     claims_table = claims(all_results, capacity)
+    goals_html = _html_table(_goals_display(goals(all_results, capacity, trigger_s=meta.get("trigger_s"))))
+    near = split_load(all_results, "capacity")[1]
+    near_html = "" if near.empty else (
+        f"<h2>At {_capacity_share(meta)} of asap's capacity</h2>\n<p>{html.escape(CAPTIONS['at_capacity'])}</p>\n"
+        f'<div class="scroll">{_html_table(_display(_cell_summary(near), _SUMMARY_FORMATS).rename(columns=_SUMMARY_HEADERS))}</div>'
+    )
     shares = time_shares(results, "lmstream")
     cpu = cpu_table(results)
     cap = capacity_table(capacity)
@@ -190,6 +197,10 @@ set beside the LMStream paper (Section V). The paper's Baseline is our <code>fix
 <h2>Claims</h2>
 <p>{html.escape(CAPTIONS["claims"])}</p>
 {_html_table(_claims_display(claims_table))}
+<h2>Goals</h2>
+<p>{html.escape(CAPTIONS["goals"])}</p>
+<div class="scroll">{goals_html}</div>
+{near_html}
 <h2>Figures</h2>
 {chr(10).join(parts)}
 <h2>Time shares (Table IV)</h2>
@@ -310,6 +321,12 @@ def reproduction_markdown(
     ]
     out += [f"- **{label}**: {_md_cell(text)}" for label, text in _meta_items(meta)]
     out += ["", "## Claims", "", _md_table(_claims_display(claims(all_results, capacity))), ""]
+    out += ["## Goals", "", CAPTIONS["goals"], "",
+            _md_table(_goals_display(goals(all_results, capacity, trigger_s=meta.get("trigger_s")))), ""]
+    near = split_load(all_results, "capacity")[1]
+    if not near.empty:
+        out += [f"## At {_capacity_share(meta)} of asap's capacity", "", CAPTIONS["at_capacity"], "",
+                _md_table(_display(_cell_summary(near), _SUMMARY_FORMATS).rename(columns=_SUMMARY_HEADERS)), ""]
 
     out += [
         "## Latency and throughput per query",
@@ -350,3 +367,16 @@ def reproduction_markdown(
     if notes:
         out += ["## Where we differ and why", "", notes.strip(), ""]
     return "\n".join(out).rstrip() + "\n"
+
+
+def _goals_display(table: pd.DataFrame) -> pd.DataFrame:
+    met = {True: "met", False: "not met"}
+    return _display(table[["what", "target", "measured", "met", "gap"]],
+                    {"met": lambda m: met.get(m, "not measured") if m is not None else "not measured",
+                     "gap": lambda g: str(g) if g else "–"})
+
+
+def _capacity_share(meta: Mapping) -> str:
+    """The share of asap's capacity the bench's at-capacity cells ran at, in words (``80%``)."""
+    share = (meta.get("config") or {}).get("at_capacity")
+    return f"{float(share):.0%}" if isinstance(share, (int, float)) else "a share"

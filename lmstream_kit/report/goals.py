@@ -1,0 +1,178 @@
+"""The kit's own goals for the admission controller (issue 15), beside what a bench measured.
+
+The paper's claims (:mod:`.paper`) compare LMStream with its baseline; these goals ask more of
+the controller on every query: the bound held at the sweep's load and near asap's capacity, a
+capacity no lower than asap's, less CPU per row than asap, and half the fixed trigger's mean
+latency where the slide is shorter than the trigger.  Each row says what was measured, where it
+was worst, whether the goal is met and, where it is not, by how much.  A goal the bench cannot
+measure says what it needs.
+
+>>> r = pd.DataFrame({"query": ["Q", "Q"], "policy": ["lmstream", "asap"], "traffic": ["constant"] * 2,
+...                   "rate": [1000.0] * 2, "load": ["sweep"] * 2, "within_bound": [0.93, 1.0],
+...                   "cpu_s_per_mrows": [40.0, 100.0], "window_kind": ["sliding"] * 2, "slide_s": [5.0] * 2})
+>>> g = goals(r, None, trigger_s=10.0).set_index("goal")
+>>> g.loc["bound", ["measured", "met", "gap"]].tolist()
+['93.0% of batches within the bound at worst, on Q (constant)', False, '2.0 points short on Q (constant)']
+>>> g.loc["cpu", ["measured", "met"]].tolist()
+["0.40× asap's at worst, on Q", True]
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from .common import PASS_SHARE, _empty, _mean_over_reps, _ordered
+from .tables import _ratio_range, _ratio_text, capacity_brackets
+
+#: the goals: (key, what, target in words)
+GOALS = (
+    ("bound", "lmstream's batches within the bound at the sweep's load", "≥ 95% in every cell"),
+    ("bound-capacity", "lmstream's batches within the bound at 80% of asap's capacity", "≥ 95% on every query"),
+    ("capacity", "lmstream's capacity within the bound against asap's", "≥ 1.0× on every query (bracketed)"),
+    ("cpu", "lmstream's CPU seconds per million rows against asap's, same load", "≤ 0.7× on every query"),
+    ("latency", "lmstream's mean latency against the fixed trigger's, where the slide is below the trigger",
+     "≤ 0.5× on every such query"),
+)
+#: the shares and ratios the goals ask for
+CPU_RATIO, LATENCY_RATIO, CAPACITY_RATIO = 0.7, 0.5, 1.0
+#: the load of the cells at a share of asap's capacity (``bench --at-capacity``)
+CAPACITY_LOAD = "capacity"
+
+
+def _by_load(results: pd.DataFrame | None, load: str) -> pd.DataFrame:
+    if _empty(results):
+        return pd.DataFrame()
+    if "load" not in results.columns:
+        return results if load == "sweep" else results.iloc[0:0]
+    return results[results["load"] == load]
+
+
+def _bound_goal(cells: pd.DataFrame, where_keys: tuple) -> tuple | None:
+    """(measured, where, met, gap) of a within-the-bound goal over lmstream's ``cells``."""
+    lm = cells[cells["policy"] == "lmstream"] if not cells.empty and "policy" in cells.columns else cells
+    if lm.empty or "within_bound" not in lm.columns:
+        return None
+    agg = _mean_over_reps(lm, ["within_bound"], where_keys)
+    agg = agg[agg["within_bound"].notna()]
+    if agg.empty:
+        return None
+    worst = agg.loc[agg["within_bound"].idxmin()]
+    label = _label(worst, where_keys)
+    short = agg[agg["within_bound"] < PASS_SHARE]
+    gaps = [f"{100 * (PASS_SHARE - row['within_bound']):.1f} points short on {_label(row, where_keys)}"
+            for _, row in short.sort_values("within_bound").iterrows()]
+    measured = f"{worst['within_bound']:.1%} of batches within the bound at worst, on {label}"
+    return measured, label, bool(short.empty), "; ".join(gaps)
+
+
+def _label(row, keys: tuple) -> str:
+    query = row["query"]
+    rest = [str(row[k]) if k != "rate" else f"{float(row[k]):,.0f} rows/s" for k in keys[1:] if k in row]
+    return f"{query} ({', '.join(rest)})" if rest else str(query)
+
+
+def _per_query_ratio(cells: pd.DataFrame, column: str, a: str, b: str) -> pd.DataFrame:
+    """Per query, policy ``a``'s mean ``column`` over ``b``'s (means over traffic and repetitions)."""
+    if cells.empty or not {"query", "policy", column} <= set(cells.columns):
+        return pd.DataFrame(columns=["query", "ratio"])
+    means = _mean_over_reps(cells, [column], ("query", "policy"))
+    wide = means.pivot(index="query", columns="policy", values=column)
+    if a not in wide.columns or b not in wide.columns:
+        return pd.DataFrame(columns=["query", "ratio"])
+    ratio = (wide[a] / wide[b]).where(wide[b] > 0)
+    out = ratio.dropna().rename("ratio").reset_index()
+    order = _ordered(cells["query"])
+    return out.set_index("query").loc[[q for q in order if q in set(out["query"])]].reset_index()
+
+
+def _ratio_goal(ratios: pd.DataFrame, limit: float, against: str, *, at_most: bool) -> tuple | None:
+    if ratios.empty:
+        return None
+    worst = ratios.loc[ratios["ratio"].idxmax() if at_most else ratios["ratio"].idxmin()]
+    bad = ratios[ratios["ratio"] > limit] if at_most else ratios[ratios["ratio"] < limit]
+    gaps = [f"{q}: {r:.2f}× ({r / limit:.2f}× the goal)" for q, r in zip(bad["query"], bad["ratio"])]
+    measured = f"{worst['ratio']:.2f}× {against} at worst, on {worst['query']}"
+    return measured, str(worst["query"]), bool(bad.empty), "; ".join(gaps)
+
+
+def _capacity_goal(capacity: pd.DataFrame | None) -> tuple | None:
+    brackets = capacity_brackets(capacity)
+    if brackets.empty:
+        return None
+    by = {(r["query"], r["policy"]): r for r in brackets.to_dict("records") if r["probes"] > 0}
+    rows = []
+    for query in _ordered(brackets["query"]):
+        a, b = by.get((query, "lmstream")), by.get((query, "asap"))
+        if a is not None and b is not None:
+            low, high = _ratio_range(a, b)
+            rows.append((query, low, high, a, b))
+    if not rows:
+        return None
+    worst = min(rows, key=lambda r: (r[2], r[1]))  # the smallest ratio the brackets allow first
+    query, low, high, a, b = worst
+    measured = f"{_ratio_text(low, high)} asap's at worst, on {query} (lmstream {a['text']}, asap {b['text']})"
+    met: bool | None = True
+    gaps = []
+    for q, lo, hi, _, _ in rows:
+        if hi < CAPACITY_RATIO:
+            met = False
+            gaps.append(f"{q}: at most {hi:.2f}×")
+        elif lo < CAPACITY_RATIO:
+            met = None if met is not False else False
+            either = _ratio_text(lo, hi) if lo > 0 or hi != float("inf") else "no bound on the ratio"
+            gaps.append(f"{q}: {either}, the brackets allow either")
+    return measured, query, met, "; ".join(gaps)
+
+
+def goals(results: pd.DataFrame | None, capacity: pd.DataFrame | None = None, *,
+          trigger_s: float | None = None) -> pd.DataFrame:
+    """The goals (:data:`GOALS`) beside a bench's results and capacity probes.
+
+    Returns
+    -------
+    DataFrame
+        One row per goal: ``goal`` (key), ``what``, ``target``, ``measured`` (text), ``where``,
+        ``met`` (bool, or None where the bench cannot tell: ``measured`` says what is missing, or
+        the capacity brackets allow either) and ``gap`` (by how much each failing cell or query
+        misses, "" where met).
+    """
+    sweep = _by_load(results, "sweep")
+    near = _by_load(results, CAPACITY_LOAD)
+    found = {
+        "bound": _bound_goal(sweep, ("query", "traffic")),
+        "bound-capacity": _bound_goal(near, ("query", "rate")),
+        "capacity": _capacity_goal(capacity),
+        "cpu": _ratio_goal(_per_query_ratio(sweep, "cpu_s_per_mrows", "lmstream", "asap"), CPU_RATIO,
+                           "asap's", at_most=True),
+    }
+    short = sweep
+    if not sweep.empty and trigger_s is not None and {"slide_s", "window_kind"} <= set(sweep.columns):
+        slide = pd.to_numeric(sweep["slide_s"], errors="coerce")
+        short = sweep[(sweep["window_kind"] == "sliding") & (slide < float(trigger_s))]
+    elif trigger_s is None:
+        short = sweep.iloc[0:0]
+    found["latency"] = _ratio_goal(_per_query_ratio(short, "avg_latency_s", "lmstream", "fixed"), LATENCY_RATIO,
+                                   "the fixed trigger's", at_most=True)
+    missing = {
+        "bound": "not in this bench: needs lmstream cells with a bound",
+        "bound-capacity": "not in this bench: needs cells at 80% of asap's capacity (bench --at-capacity 0.8, "
+                          "with --capacity)",
+        "capacity": "not in this bench: needs the capacity search of lmstream and asap (bench --capacity)",
+        "cpu": "not in this bench: needs lmstream and asap cells with CPU measured",
+        "latency": "not in this bench: needs lmstream and fixed cells of a sliding query whose slide is below "
+                   "the trigger",
+    }
+    rows = []
+    for key, what, target in GOALS:
+        got = found.get(key)
+        if got is None:
+            rows.append({"goal": key, "what": what, "target": target, "measured": missing[key], "where": "",
+                         "met": None, "gap": ""})
+        else:
+            measured, where, met, gap = got
+            rows.append({"goal": key, "what": what, "target": target, "measured": measured, "where": where,
+                         "met": met, "gap": gap})
+    out = pd.DataFrame(rows, columns=["goal", "what", "target", "measured", "where", "met", "gap"])
+    out["met"] = out["met"].astype(object).where(out["met"].notna(), None)
+    return out
+

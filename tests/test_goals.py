@@ -1,0 +1,76 @@
+"""The kit's goals beside a bench (issue 15): met, not met by how much, or what the bench lacks."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from lmstream_kit.report import reproduction_markdown
+from lmstream_kit.report.goals import GOALS, goals
+
+
+def cells():
+    rows = []
+    for query, kind, slide in (("LR1S", "sliding", 5.0), ("LR2S", "sliding", 10.0), ("CM1T", "tumbling", 0.0)):
+        for traffic in ("constant", "random"):
+            for policy, within, cpu, latency in (("lmstream", 0.97, 30.0, 2.0), ("fixed", 0.5, 20.0, 8.0),
+                                                 ("asap", 1.0, 100.0, 0.5)):
+                if (query, policy, traffic) == ("LR1S", "lmstream", "random"):
+                    within = 0.9
+                if (query, policy) == ("CM1T", "lmstream"):
+                    cpu = 80.0
+                if (query, policy) == ("LR2S", "lmstream"):
+                    latency = 6.0  # 0.75x fixed's, but LR2S's slide is the trigger: not a goal there
+                rows.append({"query": query, "window_kind": kind, "slide_s": slide, "policy": policy,
+                             "traffic": traffic, "rep": 0, "rate": 1000.0, "load": "sweep", "within_bound": within,
+                             "cpu_s_per_mrows": cpu, "avg_latency_s": latency, "bound_s": 2.5, "batches": 40})
+    return pd.DataFrame(rows)
+
+
+def probes(lm_lo, lm_hi, asap_lo, asap_hi):
+    out = []
+    for policy, lo, hi in (("lmstream", lm_lo, lm_hi), ("asap", asap_lo, asap_hi)):
+        out += [{"query": "LR1S", "policy": policy, "probe": 0, "rate": lo, "rep": 0, "passed": True,
+                 "lo": lo, "hi": float("nan"), "status": "not-converged"},
+                {"query": "LR1S", "policy": policy, "probe": 1, "rate": hi, "rep": 0, "passed": False,
+                 "lo": lo, "hi": hi, "status": "not-converged"}]
+    return pd.DataFrame(out)
+
+
+def test_each_goal_says_where_it_is_worst_and_by_how_much_it_is_missed():
+    table = goals(cells(), probes(1000.0, 1100.0, 2000.0, 2200.0), trigger_s=10.0).set_index("goal")
+    assert list(table.index) == [g[0] for g in GOALS]
+    bound = table.loc["bound"]
+    assert (bound["met"], bound["where"]) == (False, "LR1S (random)")
+    assert bound["gap"] == "5.0 points short on LR1S (random)"
+    cpu = table.loc["cpu"]
+    assert (cpu["met"], cpu["measured"]) == (False, "0.80× asap's at worst, on CM1T")
+    assert cpu["gap"] == "CM1T: 0.80× (1.14× the goal)"
+    # only LR1S's slide (5 s) is below the 10 s trigger: 2 / 8 = 0.25x, met; LR2S's 0.75x does not count
+    latency = table.loc["latency"]
+    assert (latency["met"], latency["measured"]) == (True, "0.25× the fixed trigger's at worst, on LR1S")
+    capacity = table.loc["capacity"]
+    assert capacity["met"] is False and capacity["gap"] == "LR1S: at most 0.55×"
+    assert capacity["measured"].startswith("0.45–0.55× asap's at worst, on LR1S")
+    near = table.loc["bound-capacity"]
+    assert near["met"] is None and near["measured"].startswith("not in this bench: needs cells at 80% of asap's")
+
+
+def test_goals_the_bench_cannot_measure_say_what_they_need():
+    table = goals(cells()[lambda d: d["policy"] == "lmstream"], None, trigger_s=None).set_index("goal")
+    assert table.loc["bound", "met"] is False
+    for goal in ("bound-capacity", "capacity", "cpu", "latency"):
+        assert table.loc[goal, "met"] is None and table.loc[goal, "measured"].startswith("not in this bench: needs")
+
+
+def test_the_reproduction_page_has_the_goals_and_the_cells_near_capacity():
+    results = cells()
+    near = results[results["query"] == "LR1S"].assign(load="capacity", rate=1600.0, traffic="constant")
+    near = near.drop_duplicates("policy")
+    md = reproduction_markdown(pd.concat([results, near], ignore_index=True), pd.DataFrame(),
+                               probes(1000.0, 1100.0, 2000.0, 2200.0),
+                               {"trigger_s": 10.0, "config": {"at_capacity": 0.8}})
+    goals_part = md[md.index("## Goals"):md.index("## At 80% of asap's capacity")]
+    assert "| lmstream's batches within the bound at 80% of asap's capacity | ≥ 95% on every query | 97.0%" in goals_part
+    assert "| not met | 5.0 points short on LR1S (random) |" in goals_part
+    near_part = md[md.index("## At 80% of asap's capacity"):md.index("## Latency and throughput per query")]
+    assert near_part.count("| LR1S |") == 3  # one row per policy, apart from the sweep's table
