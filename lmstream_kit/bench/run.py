@@ -239,7 +239,9 @@ def run_bench(
                 near, skipped = cfg.capacity_cells(probes)
                 if skipped:
                     meta["at_capacity_skipped"] = skipped
-                progress["total"] += len(near)
+                fresh = {cfg.workload(c["query"]).name for c in near if _resume.cell_key(c) not in kept}
+                cold = fresh - progress["warmed"] if cfg.warmup_s > 0 else set()
+                progress["total"] += len(near) + len(cold)
                 failed = run_cells(near, "sweep")
         cells_log.close()
 
