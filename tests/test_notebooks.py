@@ -356,6 +356,12 @@ def check_backlogs_and_windows(nb, run_dir: Path, summary: dict) -> None:
               for out in plotly_outputs(nb)]
     assert "Result latency per window (wall s)" in titles, titles
     assert "A restart with a backlog: catch-up chunks against one batch" in titles, titles
+    # every data batch's progress says what the driver collected since the batch before; LR1S collects
+    collection = summary["collection"]
+    gc_ms = collection["gc_ms"]
+    assert len(gc_ms) == collection["batches"] > 5 and all(x is not None and x >= 0 for x in gc_ms), collection
+    assert collection["collections"] >= 1 and sum(gc_ms) > 0, collection
+    assert "Processing time and the driver's garbage collection per batch" in titles, titles
 
 
 CHECKS = {

@@ -39,7 +39,7 @@ from .plan import (
 )
 from .records import EMPTY_TEXT, change_markers, records_frame
 from .tuning import bottleneck_figure, overhead_figure, parallelism_figure, reconfigurations, tuner_figures
-from .windows import catch_up_figure, result_latency_figure
+from .windows import catch_up_figure, collection_figure, result_latency_figure
 
 __all__ = [
     "DEVICE_COLORS",
@@ -48,6 +48,7 @@ __all__ = [
     "batch_size_figure",
     "bottleneck_figure",
     "catch_up_figure",
+    "collection_figure",
     "change_markers",
     "device_plan_figure",
     "fig_avg_latency",
