@@ -45,7 +45,7 @@ from typing import Any
 
 from .exceptions import ConfigError
 from .protocol import BatchController, Param
-from .service_model import HeapForecast, window_ends_passed
+from .service_model import INPUTS, HeapForecast, window_ends_passed
 from .stats import (
     ServiceTimeModel,
     _check_history,
@@ -688,6 +688,43 @@ class AdmissionController(BatchController):
             self._sync_prior()
 
     update = observe  # river-style alias
+
+    def on_resume(self, records: Sequence[Mapping[str, Any]]) -> None:
+        """The stream resumed its run directory: learn the service time from the run's last data batches.
+
+        A restarted stream would otherwise start with an empty model, and a backlog that piled up
+        while it was down would be caught up in chunks sized by the prior (what arrived within
+        one target of the oldest dataset): many small batches, each paying a batch's fixed cost.
+        The run's records (``metrics.jsonl``) say what its batches cost; the last ``history``
+        data batches are observed as if they had just run.  The new run's first batches still
+        count as warm-up: its JVM is cold again.
+
+        >>> c = AdmissionController(slide_s=2.0, history=3)
+        >>> c.on_resume([{"rows": 10, "bytes": b, "processing_s": 0.1 + b / 1e6, "max_latency_s": 1.0}
+        ...              for b in (1e5, 2e5, 3e5, 4e5)] + [{"rows": 0, "bytes": 0, "processing_s": 0.05}])
+        >>> c.n_observed, c.n_warmup, round(c.model.predict(1e6), 6)
+        (3, 0, 1.1)
+        """
+        usable = []
+        for r in records:
+            try:
+                values = [float(r[k]) for k in ("rows", "bytes", "processing_s", "max_latency_s")]
+            except (KeyError, TypeError, ValueError):
+                continue
+            if values[0] <= 0 or not all(math.isfinite(v) and v >= 0 for v in values):
+                continue
+            features = r.get("service_features")  # those of an older kit's model are left out
+            features = {k: v for k, v in features.items() if k in INPUTS} if isinstance(features, Mapping) else None
+            usable.append(BatchObservation(rows=int(values[0]), nbytes=int(values[1]), processing_s=values[2],
+                                           max_latency_s=values[3], features=features or None))
+        with self._lock:
+            left, self._warmup_left = self._warmup_left, 0
+        try:
+            for obs in usable[-self._history:]:
+                self.observe(obs)
+        finally:
+            with self._lock:
+                self._warmup_left = left
 
     # -- live parameters ---------------------------------------------------
     def mutate(self, changes: Mapping[str, Any], *, record: bool = True) -> None:

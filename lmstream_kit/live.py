@@ -24,7 +24,15 @@ from .feed.spool import Spool
 from .feed.traffic import Traffic
 from .journal import Journal, recovery_plan
 from .mapper import DeviceMapper
-from .metrics import METRICS_FILE, PROGRESS_FILE, JsonlWriter, load_metrics, read_run_info, write_run_info
+from .metrics import (
+    METRICS_FILE,
+    PROGRESS_FILE,
+    JsonlWriter,
+    load_metrics,
+    read_jsonl,
+    read_run_info,
+    write_run_info,
+)
 from .placement import Placement
 from .stream_controls import StreamControls
 from .stream_config import StreamConfig
@@ -345,6 +353,8 @@ class LiveStream(StreamControls):
             resume, committed = self.engine.checkpoint_offsets(checkpoint)
             with self.loop.lock:
                 self.loop.book.resume(resume=resume, committed=committed, now=time.time())
+            if resume is not None:  # the controllers learn from what the run's batches cost so far
+                self.loop.on_resume(read_jsonl(self.run_dir / METRICS_FILE))
             self._metrics_writer = JsonlWriter(self.run_dir / METRICS_FILE)
             self.loop.sink = self._metrics_writer.append
             self._progress_writer = JsonlWriter(self.run_dir / PROGRESS_FILE, durable=False)

@@ -364,6 +364,9 @@ class BatchController(Tunable):
     ``on_batch_failed(ctx, error)``
         the batch failed: undo a change made at its start and return True, and the run loop
         runs it again once (a new logic that fails on data goes back to the old one);
+    ``on_resume(records)``
+        the stream resumed a run directory: ``records`` are the batch records its earlier runs
+        wrote (oldest first), to learn from before the first batch;
     ``plugged(host)``
         it was plugged into ``host`` (a :class:`StreamHost`: a LiveStream, an attached query),
         which says what it can change for the controller; raise ConfigError to refuse the host;
@@ -392,6 +395,9 @@ class BatchController(Tunable):
         return None
 
     def on_progress(self, progress: Mapping[str, Any]) -> None:
+        return None
+
+    def on_resume(self, records: Sequence[Mapping[str, Any]]) -> None:
         return None
 
     def on_batch_failed(self, ctx: BatchContext, error: BaseException) -> bool:

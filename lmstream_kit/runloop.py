@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -190,6 +190,15 @@ class RunLoop:
                 controller.on_progress(progress)
             except Exception:  # noqa: BLE001, S110
                 pass  # a progress hiccup must not reach Spark's listener bus
+
+    def on_resume(self, records: Sequence[Mapping[str, Any]]) -> None:
+        """The stream resumed a run directory: its earlier batch records, for the controllers to learn
+        from; one that raises is left out (the run goes on without what it would have learned)."""
+        for controller in self.controllers:
+            try:
+                controller.on_resume(records)
+            except Exception:  # noqa: BLE001, S110
+                pass
 
     # ------------------------------------------------------------------ one batch
     def run_batch(self, batch: Any) -> dict:

@@ -142,3 +142,24 @@ def test_after_a_burst_later_rows_wait_less_with_chunks():
     # the row that arrives at t = 24 s, while the burst is drained, waits less with chunks
     done = {rule: next(b.completed_at for b in bs if b.admitted_at >= 24.0) for rule, bs in runs.items()}
     assert done["chunks"] < done["all"], done
+
+
+def test_a_resumed_stream_sizes_its_catch_up_chunks_by_what_its_batches_cost_before():
+    from lmstream_kit.controller import AdmissionController
+
+    # the run's records: 0.4 s a batch plus 2 us a byte
+    records = [{"batch_id": i, "rows": 100, "bytes": b, "processing_s": 0.4 + 2e-6 * b, "max_latency_s": 1.5}
+               for i, b in enumerate([50_000, 100_000, 150_000, 200_000] * 5)]
+    fresh, resumed = (AdmissionController(slide_s=2.5, prior_processing_s=0.5, warmup=1) for _ in range(2))
+    resumed.on_resume(records)
+    assert (resumed.n_observed, resumed.n_warmup, fresh.n_observed) == (20, 0, 0)
+    backlog = [NS(arrival=float(i) / 4, rows=100, nbytes=20_000) for i in range(120)]  # 30 s of backlog
+    cold, warm = fresh.decide(40.0, backlog), resumed.decide(40.0, backlog)
+    # an empty model cuts at what arrived within one target (2.5 s: 10 datasets); the learned one
+    # at what its model predicts to fit the budget: 0.4 + 2e-6 * 20_000 * n <= 2.5 - margin - poll
+    assert (cold.reason, cold.take) == ("catch-up", 10)
+    fits = max(n for n in range(121) if 0.4 + 0.04 * n <= 2.5 - warm.margin_s - 0.01 + 1e-9)
+    assert warm.reason == "catch-up" and warm.take == fits > 3 * cold.take
+    # the new run's first batch is still warm-up: its JVM is cold again
+    resumed.observe(BatchObservation(rows=100, nbytes=100_000, processing_s=3.0, max_latency_s=4.0))
+    assert (resumed.n_warmup, resumed.n_observed) == (1, 20)

@@ -154,8 +154,13 @@ def test_restart_from_checkpoint_loses_and_duplicates_nothing(spark, tmp_path, r
     first.wait(batches=3, timeout=120)
     first.stop(drain=False)  # leaves admitted-but-unprocessed and pending datasets behind
     seen_after_first = Spool(run / "spool", create=False).end_seq
+    first_data = sum(1 for r in first.records if r["rows"] > 0)
 
-    second = LiveStream("PASSTHROUGH", duration_s=None, **kw).start()
+    second = LiveStream("PASSTHROUGH", duration_s=None, **kw)
+    assert second.controller.n_observed == 0
+    second.start()
+    # the resumed controller learned what the first run's data batches cost (up to its history)
+    assert second.controller.n_observed == min(first_data, second.controller.history) > 0
     second.wait(until=lambda st: st.spool.end_seq > seen_after_first + 20, timeout=120)
     second.stop(drain=True)
     fed = spool_table(run)
