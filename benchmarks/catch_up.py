@@ -3,9 +3,12 @@
     .venv/bin/python benchmarks/catch_up.py                                # LR2S, 120 s backlog, 2 reps
     .venv/bin/python benchmarks/catch_up.py --workload CM1S --backlog 240 --rate 2000 --reps 3
 
-The scenario of issue 15: a stream was down while its input kept landing, and restarts with
-``--backlog`` simulated seconds of data waiting in its spool (arrivals spread over that time, as
-files landing would be), while the traffic goes on at ``--rate``.  Under LMStream's rule
+The scenario of issue 15: a stream ran for ``--history`` simulated seconds, was down while its
+input kept landing, and restarts on its run directory with ``--backlog`` simulated seconds of
+data waiting in its spool (arrivals spread over that time, as files landing would be), while the
+traffic goes on at ``--rate``.  The restarted controller starts with the service-time model the
+run's records teach it (``learned_batches``); ``--history 0`` starts a fresh stream on the
+backlog instead, whose model is empty.  Under LMStream's rule
 (``catch_up="all"``) the first batch holds the whole backlog; with ``catch_up="chunks"`` the
 controller admits it oldest first, in chunks its model predicts to finish within the bound.  The
 two rules run side by side, in turn, on the same seeded rows, ``--reps`` times each.
@@ -49,11 +52,26 @@ def one_run(args, rule: str, rep: int, spark, root: Path) -> dict:
 
     workload = load_workload(args.workload)
     run_dir = root / f"{rule}-{rep}"
-    backlog = write_backlog(run_dir / "spool", workload, seconds=args.backlog, rate=int(args.rate),
-                            speedup=args.speedup, seed=args.seed + rep)
-    stream = LiveStream(workload, policy="lmstream", traffic="constant", rate=args.rate, speedup=args.speedup,
-                        seed=args.seed + rep, duration_s=args.backlog + args.after * args.speedup,
-                        run_dir=run_dir, spark=spark, output="noop", controller={"catch_up": rule})
+
+    def stream_of(duration_s):
+        return LiveStream(workload, policy="lmstream", traffic="constant", rate=args.rate, speedup=args.speedup,
+                          seed=args.seed + rep, duration_s=duration_s, run_dir=run_dir, spark=spark, output="noop",
+                          controller={"catch_up": rule})
+
+    learned = 0
+    if args.history > 0:  # the run before the stop: its records are what the restarted controller learns from
+        before = stream_of(args.history).start()
+        try:
+            before.wait(until=lambda s: s.feed_finished(), timeout=args.timeout)
+        finally:
+            before.stop(drain=True)
+        learned = min(sum(1 for r in before.records if r["rows"] > 0), before.controller.history)
+    from lmstream_kit.feed.spool import Spool
+
+    start_seq = Spool(run_dir / "spool", schema=workload.schema).end_seq if args.history > 0 else 0
+    backlog = start_seq + write_backlog(run_dir / "spool", workload, seconds=args.backlog, rate=int(args.rate),
+                                        speedup=args.speedup, seed=args.seed + rep)
+    stream = stream_of(args.backlog + args.after * args.speedup)
     started = time.time()
     stream.start()
     try:
@@ -62,13 +80,15 @@ def one_run(args, rule: str, rep: int, spark, root: Path) -> dict:
     finally:
         stream.stop(drain=False)
     data = [r for r in stream.records if r["rows"] > 0]
-    old = [r for r in data if r["start_seq"] < backlog]
+    old = [r for r in data if r["start_seq"] < backlog]  # the restarted run's batches: backlog first
     new = [r for r in data if r["start_seq"] >= backlog]
     drained = next(r for r in data if r["end_seq"] >= backlog)
     bound = data[0]["bound_s"]
     shutil.rmtree(run_dir / "spool", ignore_errors=True)
     return {
-        "workload": workload.name, "rule": rule, "rep": rep, "backlog_s": args.backlog, "rate": args.rate,
+        "workload": workload.name, "rule": rule, "rep": rep, "backlog_s": args.backlog, "history_s": args.history,
+        "learned_batches": learned,
+        "rate": args.rate,
         "speedup": args.speedup, "bound_s": bound, "backlog_rows": sum(r["rows"] for r in old),
         "drain_s": round(drained["completed_at"] - started, 3),
         "catch_up_s": next((round(r["catch_up_s"], 3) for r in data if r.get("catch_up_s") is not None), None),
@@ -88,6 +108,9 @@ def main(argv=None) -> int:
     ap.add_argument("--rate", type=float, default=1000.0, help="rows per simulated second")
     ap.add_argument("--speedup", type=float, default=2.0)
     ap.add_argument("--after", type=float, default=45.0, help="wall seconds each run lasts from its start")
+    ap.add_argument("--history", type=int, default=60,
+                    help="simulated seconds the stream runs before it is stopped and the backlog lands; the "
+                         "restarted controller learns from that run's records (0: a fresh stream on the backlog)")
     ap.add_argument("--reps", type=int, default=2)
     ap.add_argument("--rules", default="chunks,all")
     ap.add_argument("--seed", type=int, default=0)
@@ -131,6 +154,7 @@ def main(argv=None) -> int:
         spark.stop()
         shutil.rmtree(root, ignore_errors=True)
     path = write_run_results(args.out, "catch-up", {"workload": args.workload, "backlog_s": args.backlog,
+                                                    "history_s": args.history,
                                                     "driver_memory": args.driver_memory,
                                                     "rate": args.rate, "speedup": args.speedup,
                                                     "after_s": args.after, "reps": args.reps}, runs)

@@ -163,3 +163,16 @@ def test_a_resumed_stream_sizes_its_catch_up_chunks_by_what_its_batches_cost_bef
     # the new run's first batch is still warm-up: its JVM is cold again
     resumed.observe(BatchObservation(rows=100, nbytes=100_000, processing_s=3.0, max_latency_s=4.0))
     assert (resumed.n_warmup, resumed.n_observed) == (1, 20)
+
+
+def test_a_backlog_written_into_a_stopped_runs_spool_goes_on_after_its_last_second(tmp_path):
+    from lmstream_kit.feed.make import write_backlog
+    from lmstream_kit.feed.spool import Spool
+    from lmstream_kit.workloads import get_workload
+
+    wl = get_workload("LR2S")
+    assert write_backlog(tmp_path / "spool", wl, seconds=3, rate=10, speedup=2.0, now=100.0) == 3
+    assert write_backlog(tmp_path / "spool", wl, seconds=2, rate=10, speedup=2.0, now=200.0) == 2
+    datasets = Spool(tmp_path / "spool", create=False).datasets(0, 5)
+    assert [d.second for d in datasets] == [0, 1, 2, 3, 4]
+    assert [d.arrival for d in datasets] == [99.0, 99.5, 100.0, 199.5, 200.0]

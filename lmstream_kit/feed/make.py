@@ -69,7 +69,8 @@ def write_backlog(spool_dir: Path, workload: Any, *, seconds: int, rate: int, sp
     ``seconds`` simulated seconds of the workload's generated rows (``rate`` a second), the last one
     arriving at ``now`` (default: the clock) and the others ``1 / speedup`` wall seconds apart before
     it, each with its generator second, so a stream started on the spool resumes the generator after
-    them.  For the catch-up benchmark and notebook.
+    them.  A spool that holds datasets already (a run that was stopped) goes on after its last
+    generator second.  For the catch-up benchmark and notebook.
     """
     import time
 
@@ -82,10 +83,11 @@ def write_backlog(spool_dir: Path, workload: Any, *, seconds: int, rate: int, sp
     spool = Spool(Path(spool_dir), schema=workload.schema)
     rng = np.random.default_rng(seed)
     end = time.time() if now is None else float(now)
+    first = next_generator_second(spool, workload.time_column)
     try:
-        for second in range(int(seconds)):
-            spool.append(workload.make_rows(second, int(rate), rng), arrival=end - (seconds - 1 - second) / speedup,
-                         source="generator", second=second)
+        for i in range(int(seconds)):
+            spool.append(workload.make_rows(first + i, int(rate), rng), arrival=end - (seconds - 1 - i) / speedup,
+                         source="generator", second=first + i)
     finally:
         spool.close()
     return int(seconds)
