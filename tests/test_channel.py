@@ -118,3 +118,70 @@ def test_silent_connections_do_not_keep_a_keyed_client_out(tmp_path: Path):
         for s in silent:
             s.close()
         server.close()
+
+
+def test_a_silent_connection_is_dropped_after_the_handshake_timeout_and_a_flood_starves_nobody(tmp_path: Path):
+    import socket
+    import time
+
+    server = ChannelServer(Recorder(), key_file=tmp_path / "k", handshake_timeout_s=2.0)
+    flood = [socket.create_connection(("127.0.0.1", server.port)) for _ in range(200)]  # connect, say nothing
+    client = ChannelClient("127.0.0.1", server.port, str(server.key_file))
+    try:
+        started = time.monotonic()
+        assert [client.call(LATEST, n) for n in range(20)] == [n + 3 for n in range(20)]  # served throughout
+        assert time.monotonic() - started < 15.0
+        # the server sent each silent peer its challenge, then dropped it when its time was up: EOF
+        flood[0].settimeout(10.0)
+        got = b""
+        while chunk := flood[0].recv(4096):
+            got += chunk
+        assert got.startswith(b"\x00\x00\x00") and time.monotonic() - started < 20.0
+        deadline = time.monotonic() + 10.0
+        while server.connections > 1 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert server.connections == 1  # the keyed client's; the dropped ones left the registry
+        assert client.call(INITIAL) == 7
+    finally:
+        client.close()
+        for s in flood:
+            s.close()
+        server.close()
+
+
+def test_a_client_gives_up_on_a_peer_that_never_answers_the_challenge(tmp_path: Path):
+    import socket
+    import time
+
+    key = tmp_path / "k"
+    key.write_bytes(b"k" * 32)
+    with socket.create_server(("127.0.0.1", 0)) as mute:  # accepts (the OS does) and never says a word
+        port = mute.getsockname()[1]
+        started = time.monotonic()
+        with pytest.raises(ChannelError, match=rf"^cannot reach the admission channel at 127.0.0.1:{port}: no answer "
+                                               r"to the key's challenge within 0.5 s$"):
+            ChannelClient("127.0.0.1", port, str(key), handshake_timeout_s=0.5).call(LATEST, 0)
+        assert time.monotonic() - started < 5.0
+
+
+def test_the_key_file_is_made_anew_with_mode_0600_whatever_was_there(tmp_path: Path):
+    import os
+    import stat
+
+    from lmstream_kit.engine.channel import write_key_file
+
+    path = tmp_path / ".channel.key"
+    path.write_bytes(b"old key")
+    os.chmod(path, 0o644)  # left readable by others, as was seen
+    old_umask = os.umask(0)
+    try:
+        key = write_key_file(path)
+    finally:
+        os.umask(old_umask)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600 and path.read_bytes() == key and len(key) == 32
+    target = tmp_path / "elsewhere"
+    target.write_bytes(b"")
+    path.unlink()
+    path.symlink_to(target)  # a link planted in its place is replaced, not written through
+    key = write_key_file(path)
+    assert not path.is_symlink() and target.read_bytes() == b"" and path.read_bytes() == key

@@ -22,7 +22,7 @@ import socket
 import threading
 import time
 from dataclasses import dataclass
-from multiprocessing.connection import Client, Connection, Listener, answer_challenge, deliver_challenge
+from multiprocessing.connection import Connection, Listener, answer_challenge, deliver_challenge
 from pathlib import Path
 from typing import Optional, Protocol
 
@@ -57,15 +57,67 @@ class ChannelStats:
     handler_s: float = 0.0  # time spent inside the handler (the decision)
 
 
+#: seconds a peer has to complete the key's challenge before the other side drops it
+HANDSHAKE_TIMEOUT_S = 5.0
+
+
 def write_key_file(path: Path) -> bytes:
-    """Create a fresh random authkey in ``path`` readable by the owner only."""
+    """Create a fresh random authkey in ``path`` readable by the owner only.
+
+    The file is made anew every time (an older one is removed first, whatever its mode, and the
+    new one is created exclusively with mode 0600), so a key file left readable by others, or a
+    link planted in its place, never holds the key.
+    """
     key = secrets.token_bytes(32)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    path.unlink(missing_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
     with os.fdopen(fd, "wb") as fh:
+        os.fchmod(fh.fileno(), 0o600)  # whatever the umask did
         fh.write(key)
     return key
+
+
+def _shut(conn: Connection) -> None:
+    """Wake whatever blocks on ``conn`` (a recv of a handshake): shut its socket down, both ways."""
+    try:
+        s = socket.socket(fileno=os.dup(conn.fileno()))
+    except (OSError, ValueError):  # closed already
+        return
+    try:
+        s.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
+    finally:
+        s.close()
+
+
+def _handshake(conn: Connection, steps, timeout_s: float) -> Optional[str]:
+    """Run the key's challenge ``steps`` on ``conn`` within ``timeout_s``: None when done, else why not.
+
+    A peer that connects and says nothing, or answers half a challenge, would otherwise hold the
+    other side's recv forever: a timer shuts the socket down when the time is up.
+    """
+    expired = threading.Event()
+
+    def expire() -> None:
+        expired.set()
+        _shut(conn)
+
+    timer = threading.Timer(timeout_s, expire)
+    timer.daemon = True
+    timer.start()
+    try:
+        for step in steps:
+            step()
+        return None
+    except Exception as exc:  # wrong key, the peer went away, or the timer shut it down
+        if expired.is_set():
+            return f"no answer to the key's challenge within {timeout_s:g} s"
+        return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+    finally:
+        timer.cancel()
 
 
 class ChannelServer:
@@ -77,17 +129,26 @@ class ChannelServer:
         Receives the decoded requests; its answers go back to the reader.
     key_file : path
         Where the random authkey is written (mode 0600).
+    handshake_timeout_s : float
+        Seconds a new connection has to answer the key's challenge; a silent or slow peer is
+        dropped after them.  Each connection is authenticated in a thread of its own, so however
+        many connect and say nothing, the reader's connection and the next keyed client are
+        served.
     """
 
-    def __init__(self, handler: ChannelHandler, *, key_file: Path) -> None:
+    def __init__(self, handler: ChannelHandler, *, key_file: Path,
+                 handshake_timeout_s: float = HANDSHAKE_TIMEOUT_S) -> None:
         self.handler = handler
+        self.handshake_timeout_s = float(handshake_timeout_s)
         self.key_file = Path(key_file)
         self._key = write_key_file(self.key_file)
-        self._listener = Listener(("127.0.0.1", 0), authkey=self._key)
+        # a backlog for bursts of connections: with Listener's default of 1 a flood makes every new peer,
+        # keyed or not, wait for SYN retries of a second and more
+        self._listener = Listener(("127.0.0.1", 0), authkey=self._key, backlog=128)
         self.address = self._listener.address
         self.stats = ChannelStats()
         self._closed = threading.Event()
-        self._conns: list[Connection] = []
+        self._conns: set[Connection] = set()  # open connections, for close(); each leaves when it ends
         self._lock = threading.Lock()
         self._accept_thread = threading.Thread(
             target=self._accept_loop, name="lmstream-channel-accept", daemon=True
@@ -111,18 +172,17 @@ class ChannelServer:
                     return
                 continue
             with self._lock:
-                self._conns.append(conn)
+                self._conns.add(conn)
             threading.Thread(
                 target=self._serve, args=(conn,), name="lmstream-channel-conn", daemon=True
             ).start()
 
     def _serve(self, conn: Connection) -> None:
         try:
-            try:  # the key's challenge, both ways, as Listener.accept() does
-                deliver_challenge(conn, self._key)
-                answer_challenge(conn, self._key)
-            except Exception:  # wrong key, or the peer went away: drop it
-                return
+            # the key's challenge, both ways, as Listener.accept() does, within the handshake timeout
+            if _handshake(conn, (lambda: deliver_challenge(conn, self._key),
+                                 lambda: answer_challenge(conn, self._key)), self.handshake_timeout_s) is not None:
+                return  # wrong key, silent, or gone: dropped
             while not self._closed.is_set():
                 try:
                     request = conn.recv()
@@ -137,10 +197,18 @@ class ChannelServer:
                 except (OSError, ValueError):
                     return
         finally:
+            with self._lock:
+                self._conns.discard(conn)
             try:
                 conn.close()
             except OSError:  # already closed by close() on shutdown
                 pass
+
+    @property
+    def connections(self) -> int:
+        """Connections open now (authenticated or still in their handshake)."""
+        with self._lock:
+            return len(self._conns)
 
     def _dispatch(self, request: tuple):
         kind = request[0]
@@ -182,11 +250,9 @@ class ChannelServer:
             pass
         self._accept_thread.join(timeout=2.0)
         with self._lock:
-            for conn in self._conns:
-                try:
-                    conn.close()
-                except OSError:
-                    pass
+            conns = list(self._conns)
+        for conn in conns:
+            _shut(conn)  # wakes its thread's recv; the thread closes it
         try:
             self.key_file.unlink()
         except OSError:
@@ -200,9 +266,11 @@ class ChannelClient:
     ~0.2 ms, so the connection is kept for the life of the reader.
     """
 
-    def __init__(self, host: str, port: int, key_file: str, *, timeout_s: float = 30.0) -> None:
+    def __init__(self, host: str, port: int, key_file: str, *, timeout_s: float = 30.0,
+                 handshake_timeout_s: float = HANDSHAKE_TIMEOUT_S) -> None:
         self.host, self.port, self.key_file = host, int(port), key_file
         self.timeout_s = timeout_s
+        self.handshake_timeout_s = float(handshake_timeout_s)
         self._conn: Optional[Connection] = None
 
     def _connect(self) -> Connection:
@@ -212,12 +280,20 @@ class ChannelClient:
             raise ChannelError(
                 f"cannot read the admission channel key {self.key_file}: {exc.strerror}"
             ) from None
-        try:
-            return Client((self.host, self.port), authkey=key)
-        except Exception as exc:
+        try:  # connect within the handshake timeout too (Client() would wait as long as the OS does)
+            with socket.create_connection((self.host, self.port), timeout=self.handshake_timeout_s) as s:
+                s.settimeout(None)
+                conn = Connection(s.detach())
+        except OSError as exc:
             raise ChannelError(
                 f"cannot reach the admission channel at {self.host}:{self.port}: {exc}"
             ) from None
+        why = _handshake(conn, (lambda: answer_challenge(conn, key), lambda: deliver_challenge(conn, key)),
+                         self.handshake_timeout_s)
+        if why is not None:
+            conn.close()
+            raise ChannelError(f"cannot reach the admission channel at {self.host}:{self.port}: {why}")
+        return conn
 
     def call(self, *request):
         if self._conn is None:
