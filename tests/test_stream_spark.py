@@ -275,10 +275,17 @@ def test_live_slide_change_restarts_the_query_with_the_new_window(spark, tmp_pat
 
 @pytest.mark.slow  # the 4.3 line checks the live restart with the slide test
 def test_live_policy_switch(spark, tmp_path):
-    """lmstream -> asap takes effect at the next admission; -> fixed restarts with the trigger."""
+    """lmstream -> asap takes effect at the next admission; -> fixed restarts with the trigger.
+
+    Throughout, 200 connections to the stream's channel say nothing (any local process can open
+    them): the restarted queries' readers still connect and every batch is admitted."""
+    import socket
+
     run = tmp_path / "policy"
     s = LiveStream("LR2S", policy="lmstream", traffic="constant", rate=500, speedup=10,
                    run_dir=run, spark=spark).start()
+    host, port = read_run_info(run)["channel"].split(":")
+    flood = [socket.create_connection((host, int(port)), timeout=10) for _ in range(200)]
     try:
         s.wait(batches=2, timeout=120)
         s.set_policy("asap")
@@ -293,6 +300,8 @@ def test_live_policy_switch(spark, tmp_path):
         n = len([r for r in s.records if r["rows"] > 0])
         s.wait(batches=n + 2, timeout=120)
     finally:
+        for c in flood:
+            c.close()
         s.stop(drain=False)
     df = load_metrics(run)
     data = df[df["rows"] > 0]
