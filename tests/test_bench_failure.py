@@ -88,7 +88,7 @@ def test_the_paper_preset_fills_the_sweep_and_explicit_options_win(tmp_path, mon
     result = CliRunner().invoke(cli, ["bench", "--preset", "paper", "--duration", "60", "--out", str(tmp_path / "b")])
     assert isinstance(result.exception, Stop), result.output
     cfg = seen["cfg"]
-    assert (cfg.duration_s, cfg.speedup, cfg.rate, cfg.capacity, cfg.capacity_duration_s) == (60.0, 2.0, 1000.0, True, 40.0)
+    assert (cfg.duration_s, cfg.speedup, cfg.rate, cfg.capacity, cfg.capacity_duration_s) == (60.0, 2.0, 1000.0, True, 120.0)
     assert cfg.overload == {"LR2S": 2000.0, "LR1S": 2000.0} and cfg.capacity_budget_s == 6 * 3600.0
     assert len(cfg.queries) == 6 and cfg.policies == ("lmstream", "fixed", "asap")
     bad = CliRunner().invoke(cli, ["bench", "--preset", "fast", "--out", str(tmp_path / "c")])

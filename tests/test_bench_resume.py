@@ -231,3 +231,21 @@ def test_at_capacity_cells_need_the_capacity_search():
         config(at_capacity=0.8)
     with pytest.raises(ConfigError, match=r"at-capacity share must be > 0 and <= 2 \(of asap's capacity\), got 0"):
         config(at_capacity=0, capacity=True)
+
+
+def test_a_longer_probe_keeps_the_cells_and_starts_the_search_over(tmp_path, fake):
+    out = tmp_path / "b"
+    cfg = {"policies": ["lmstream"], "traffic": ["constant"], "warmup_s": 0, "capacity": True}
+    calls: list = []
+    fake(make_run(calls, stop_at=4))  # the cell, three probes of 10 s, then the interruption
+    with pytest.raises(Interrupted):
+        run_bench(config(capacity_duration_s=10.0, **cfg), out)
+    again: list = []
+    fake(make_run(again))
+    result = run_bench(config(capacity_duration_s=30.0, **cfg), out, resume=True)
+    assert not any(name == "LR2S-lmstream-constant-r0" for name, _ in again)  # the cell is kept
+    assert [rate for _, rate in again][:3] == [1000.0, 2000.0, 4000.0]  # the search from its start
+    assert set(result.capacity["duration_s"]) == {30.0}
+    assert result.meta["capacity_restarted"] == "its capacity_duration_s was 10.0, this command gives 30.0"
+    [aside] = list(out.glob("capacity-discarded-*.jsonl"))
+    assert len(aside.read_text().splitlines()) == 3

@@ -7,7 +7,9 @@ and every finished capacity probe a line of ``capacity.jsonl``, written as they 
 bench started again with ``resume=True`` (``bench --resume``) keeps them and runs only the
 rest.  It must measure the same way: :data:`RESUME_KEYS` are the settings that change what a
 cell measures, and a command that differs in one of them from the directory's
-:data:`CONFIG_FILE` is refused with the first difference named.  The sweep's shape (queries,
+:data:`CONFIG_FILE` is refused with the first difference named.  A command that changes only
+how the capacity search probes (:data:`PROBE_KEYS`: a longer probe, say) keeps the cells and
+starts the search over; the old probes are set aside, not deleted.  The sweep's shape (queries,
 policies, traffic, repetitions, overload cells, the probe limit and the budget) may differ: a
 resumed bench runs the cells of its own command, keeping those already measured.
 
@@ -43,10 +45,13 @@ from ..exceptions import ConfigError
 from ..metrics import read_jsonl
 
 #: the settings of :class:`~lmstream_kit.bench.BenchConfig` a resumed bench must share with the one
-#: it resumes: each changes what a cell or a probe measures
+#: it resumes: each changes what a cell (and a probe) measures
 RESUME_KEYS = ("duration_s", "speedup", "spread", "seed", "trigger_s", "master", "output", "read",
-               "capacity_duration_s", "capacity_start", "capacity_max_rate", "spark_conf", "device_mode",
-               "optimizer", "feed", "kafka_partitions", "tumbling_target", "catch_up", "service_model")
+               "spark_conf", "device_mode", "optimizer", "feed", "kafka_partitions", "tumbling_target",
+               "catch_up", "service_model")
+#: the settings only the capacity search's probes depend on: a resume that changes one keeps the
+#: cells and starts the search over (:func:`probes_stale`)
+PROBE_KEYS = ("capacity_duration_s", "capacity_start", "capacity_max_rate")
 #: the bench directory's file with the settings it was started with (written when it starts)
 CONFIG_FILE = "bench-config.json"
 #: the logs of finished cells and capacity probes, appended as each finishes
@@ -92,6 +97,32 @@ def check(out: Path, config: Mapping[str, Any]) -> dict | None:
     return saved
 
 
+def probes_stale(saved: dict | None, config: Mapping[str, Any]) -> str | None:
+    """Why the logged capacity probes no longer count for ``config`` (a :data:`PROBE_KEYS` setting
+    changed, named with both values), or None.
+
+    >>> probes_stale({"config": {"capacity_duration_s": 40.0}}, {"capacity_duration_s": 120.0})
+    'its capacity_duration_s was 40.0, this command gives 120.0'
+    >>> probes_stale({"config": {"capacity_duration_s": 40.0}}, {"capacity_duration_s": 40}) is None
+    True
+    """
+    before = (saved or {}).get("config") or {}
+    for key in PROBE_KEYS:
+        if key in before and key in config and not _same(before[key], config[key]):
+            return f"its {key} was {before[key]!r}, this command gives {config[key]!r}"
+    return None
+
+
+def discard_probes(out: Path, stamp: str) -> Path | None:
+    """Set the logged probes aside (``capacity-discarded-<stamp>.jsonl``): the search starts over."""
+    log = Path(out) / PROBES_LOG
+    if not log.exists():
+        return None
+    kept = log.with_name(f"capacity-discarded-{stamp}.jsonl")
+    log.rename(kept)
+    return kept
+
+
 def resumed(out: Path, saved: dict | None, config: Mapping[str, Any], now: str, commit: str | None = None) -> dict:
     """Record that the bench in ``out`` goes on at ``now`` (from the kit's source ``commit``: a resumed
     bench may run newer code, and its report says which); returns its settings file's content."""
@@ -99,6 +130,7 @@ def resumed(out: Path, saved: dict | None, config: Mapping[str, Any], now: str, 
                                                    "commits": [None]}
     saved["resumed_at"] = [*saved.get("resumed_at", []), now]
     saved["commits"] = [*saved.get("commits", []), commit]
+    saved["config"] = dict(config)  # the same where it counts (check); the probes' and the shape's as given now
     return _write(Path(out), saved)
 
 

@@ -151,7 +151,11 @@ def run_bench(
         runner = _Runner(cfg, out, engine.spark, meter, stamp=started.strftime("%Y%m%dT%H%M%S"))
         now = started.isoformat(timespec="seconds")
         commit = source_commit()
+        stale = None
         if resume:
+            stale = _resume.probes_stale(saved, settings)
+            if stale is not None:  # the probes measured another search: it starts over, the cells stay
+                _resume.discard_probes(out, started.strftime("%Y%m%dT%H%M%S"))
             saved = _resume.resumed(out, saved, settings, now, commit)
             kept, prior = _resume.finished_cells(out), _resume.finished_probes(out)
         else:
@@ -167,6 +171,7 @@ def run_bench(
             "java_version": engine.java_version(),
             "kit_version": _kit_version(),
             "commits": saved.get("commits") or [commit],
+            **({"capacity_restarted": stale} if stale is not None else {}),
             "master": engine.master,
             "config": _config_dict(cfg),
             **{k: _config_dict(cfg)[k] for k in ("speedup", "duration_s", "repeat", "rate", "queries",
