@@ -57,11 +57,15 @@ class AdmissionBook:
         self._polls = 0
         self._decision_s = 0.0
 
-    def resume(self, *, resume: int | None, committed: int | None, now: float = 0.0) -> None:
-        """Start from a checkpoint: Spark replays ``committed..resume`` first, without asking the source."""
+    def resume(self, *, resume: int | None, committed: int | None, now: float = 0.0, start: int = 0) -> None:
+        """Start from a checkpoint: Spark replays ``committed..resume`` first, without asking the source.
+
+        Without one (``resume`` None) the query starts at ``start``: the spool's first dataset
+        that still has its data (retention may have deleted those before).
+        """
         self.initial = None
-        self.admitted_end = resume or 0
-        self.completed_end = committed or 0
+        self.admitted_end = start if resume is None else resume
+        self.completed_end = start if committed is None else committed
         if resume is not None and resume > (committed or 0):
             self._planned.append((committed or 0, resume))
             self._admissions[resume] = Admission(committed or 0, resume, now, reason="replay")

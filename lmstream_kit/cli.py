@@ -7,7 +7,7 @@ one ``error: ...`` line and exit with status 2; they never show a traceback.
 from __future__ import annotations
 
 import json
-
+import math
 import sys
 import time
 from datetime import datetime
@@ -55,6 +55,35 @@ def cli() -> None:
 
 
 TUNE_CHOICES = ("off", "recommend", "ds2", "learned")
+
+
+def _seconds(name: str, value: float | None, *, hint: str = "") -> float | None:
+    """``value`` (seconds; None: not given) when it is finite and > 0, else a one-line KitError naming it.
+
+    Caught here, before Spark starts: an infinite trigger would end in an OverflowError once the
+    query starts, an infinite slide or watch in a stream that never closes a window or stops.
+    """
+    if value is None:
+        return None
+    if not math.isfinite(value):
+        raise KitError(f"{name} must be a finite number of seconds, got {value:g}")
+    if not value > 0:
+        raise KitError(f"{name} must be > 0 seconds, got {value:g}{hint}")
+    return value
+
+
+def _check_run_dir(out: Path, workload: str) -> None:
+    """Refuse a run directory that holds another workload's run: its checkpoint and run.json are that run's.
+
+    Nothing in ``out`` is created or changed; without the refusal Spark would fail on the other
+    query's checkpoint after it started, and run.json would be overwritten.
+    """
+    from .runinfo import recorded_workload
+
+    recorded = recorded_workload(out)
+    if recorded is not None and recorded != workload:
+        raise KitError(f"--out {out} holds a run of workload {recorded}, not {workload}: give another --out "
+                       f"(or --workload {recorded} to resume that run)")
 
 
 def _tuning_controllers(tune: str, partitions: int, history: Path | None) -> tuple:
@@ -117,7 +146,8 @@ def _default_history():
 @click.option("--state-store", default="default", show_default=True, help="default | rocksdb. State store of the query's stateful operators at its first start (the checkpoint keeps it); rocksdb lets Spark 4.2+ repartition the state live.")
 @click.option("--state-partitions", default=None, type=int, help="State-store partitions at the query's first start [default: the session's spark.sql.shuffle.partitions, 2].")
 @click.option("--restore-config", is_flag=True, help="Resuming --out: start with the policy, window slide, target, Flumina workers and source partitions the run's journal last committed (live reconfigurations), not the options given.")
-def run(workload, traffic, rate, spread, policy, trigger_s, slide_s, tumbling, tumbling_target, service_model, catch_up, duration, speedup, seed, out, input_dir, spool, feed, kafka, kafka_partitions, fail_on_data_loss, master, read_mode, output, device_mode, inflection_point, optimizer, confs, jars, tune, partitions, history, state_store, state_partitions, restore_config):
+@click.option("--retention", default="default", show_default=True, metavar="SPEC", help="Spool retention: default (committed data older than 1 h goes, 100 batches kept behind the committed offset, dead letters rotate at 64 MiB and are kept 7 days), off, or settings such as age=2h,size=5GiB,batches=50 (also dead-letter-size, dead-letter-age).")
+def run(workload, traffic, rate, spread, policy, trigger_s, slide_s, tumbling, tumbling_target, service_model, catch_up, duration, speedup, seed, out, input_dir, spool, feed, kafka, kafka_partitions, fail_on_data_loss, master, read_mode, output, device_mode, inflection_point, optimizer, confs, jars, tune, partitions, history, state_store, state_partitions, restore_config, retention):
     """Run a stream under an admission policy and record its metrics.
 
     Shows a live progress line (batches, rows, current maximum latency) and a
@@ -126,12 +156,16 @@ def run(workload, traffic, rate, spread, policy, trigger_s, slide_s, tumbling, t
     datasets, the checkpoint and the query output.
     """
     from .live import LiveStream
+    from .stream_config import check_master
     from .workloads import load_workload
 
-    if duration is None or not duration > 0:
-        raise KitError(f"duration must be > 0 seconds, got {duration}")
-    if slide_s is not None and not slide_s > 0:
-        raise KitError(f"slide must be > 0 seconds, got {slide_s:g} (use --tumbling for a tumbling-window target)")
+    _seconds("duration", duration)
+    _seconds("slide", slide_s, hint=" (use --tumbling for a tumbling-window target)")
+    _seconds("trigger", trigger_s)  # refused whatever the policy: no interval is infinite
+    check_master(master)
+    from .retention import retention_from_spec
+
+    retention = retention_from_spec(retention)  # a bad spec is said now, before Spark starts
     if tumbling:
         if slide_s is not None:
             raise KitError("--slide and --tumbling exclude each other")
@@ -148,6 +182,8 @@ def run(workload, traffic, rate, spread, policy, trigger_s, slide_s, tumbling, t
     topic = feed if feed is not None else kafka
     watch = input_dir is not None or kafka is not None  # no generator: --duration is wall seconds to watch
     workload = load_workload(workload)
+    if out is not None:
+        _check_run_dir(out, workload.name)
     controllers = _tuning_controllers(tune, partitions, history)
     if master is not None and not master.startswith("local"):  # a cluster: its executors are a live control
         from .tune.executors import ClusterExecutors
@@ -188,6 +224,7 @@ def run(workload, traffic, rate, spread, policy, trigger_s, slide_s, tumbling, t
         kafka=topic,
         kafka_partitions=kafka_partitions,
         fail_on_data_loss=fail_on_data_loss,
+        retention=retention,
     )
     source = ("input " + str(input_dir) if input_dir else f"topic {kafka}" if kafka
               else stream.traffic_spec + " traffic" + (f" through {feed}" if feed else ""))
@@ -196,14 +233,23 @@ def run(workload, traffic, rate, spread, policy, trigger_s, slide_s, tumbling, t
         f"speedup {speedup:g}x, run directory {out}"
     )
     click.echo("starting Spark ...")
-    stream.start()
-    click.echo(f"device mode: {stream.device_mode.mode} ({stream.device_mode.reason})")
-    interrupted = False
+    from .signals import StopSignal, deferred_stop
+
+    stopped = None  # a stop (Ctrl-C, SIGTERM, SIGHUP) during start-up is held until Spark is up
     try:
+        with deferred_stop(lambda name: click.echo(f"{name}: stopping once Spark has started ...")):
+            stream.start()
+    except KeyboardInterrupt as exc:
+        stopped = exc
+    interrupted = stopped is not None
+    try:
+        if stopped is not None:
+            raise stopped
+        click.echo(f"device mode: {stream.device_mode.mode} ({stream.device_mode.reason})")
         _progress(stream, duration=duration, watch_input=watch)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:
         interrupted = True
-        click.echo("interrupted: stopping cleanly ...")
+        click.echo(f"{exc.name if isinstance(exc, StopSignal) else 'interrupted'}: stopping cleanly ...")
     finally:
         if not interrupted:
             click.echo("draining pending datasets and stopping ...")
@@ -364,6 +410,9 @@ def reconfigure(run_dir, slide_s, target_s, policy, rate_scale, state_partitions
     from .exceptions import ChannelError
     from .metrics import read_run_info
 
+    for option, number in (("--slide", slide_s), ("--target", target_s), ("--rate-scale", rate_scale)):
+        if number is not None and not math.isfinite(number):
+            raise KitError(f"{option} must be a finite number, got {number:g}")
     asked = {"slide_s": slide_s, "target_s": target_s, "policy": policy, "rate_scale": rate_scale,
              "state_partitions": state_partitions, "restart": True if restart else None}
     asked = {k: v for k, v in asked.items() if v is not None}
@@ -375,6 +424,8 @@ def reconfigure(run_dir, slide_s, target_s, policy, rate_scale, state_partitions
             value = json.loads(text)  # 3, 0.5, true, "text"
         except ValueError:
             value = text
+        if isinstance(value, float) and not math.isfinite(value):  # json reads Infinity and NaN
+            raise KitError(f"--set {key.strip()} must be a finite number, got {text.strip()}")
         asked[key.strip()] = value
     if len(asked) != 1:
         raise KitError("give exactly one change: --slide, --target, --policy, --rate-scale, --state-partitions, "
@@ -499,7 +550,9 @@ def bench(queries, policies, traffic, duration, repeat, speedup, rate, spread, s
     too.  A progress bar follows the sweep.
     """
     from .bench import BenchConfig, command_line, run_bench
+    from .stream_config import check_master
 
+    check_master(master)
     if preset is not None:  # the preset's values, where the option was not given
         given = _given_options(click.get_current_context())
         values = {k: v for k, v in BENCH_PRESETS[preset].items() if k not in given}
@@ -648,9 +701,16 @@ def cluster(workers, cores, memory):
     """
     from .engine.cluster import StandaloneCluster
 
+    from .signals import deferred_stop
+
     c = StandaloneCluster(workers=workers, cores=cores, memory=memory)
     click.echo("starting master and workers ...")
-    c.start()
+    try:
+        with deferred_stop(lambda name: click.echo(f"{name}: stopping once the cluster has started ...")):
+            c.start()  # cut in half, it would leave a master or worker running with nobody to stop it
+    except KeyboardInterrupt:
+        c.stop()
+        raise
     try:  # the ready line inside: a Ctrl-C right after it still stops the cluster cleanly
         click.echo(f"master: {c.master_url}   logs: {c.log_dir}   (Ctrl-C stops)")
         while True:
@@ -675,9 +735,16 @@ def kafka(port, data_dir):
     """
     from .kafka import KafkaBroker
 
+    from .signals import deferred_stop
+
     broker = KafkaBroker(port=port, data_dir=data_dir)
     click.echo("starting Kafka (the first start fetches its jars from Maven Central) ...")
-    broker.start()
+    try:
+        with deferred_stop(lambda name: click.echo(f"{name}: stopping once the broker has started ...")):
+            broker.start()
+    except KeyboardInterrupt:
+        broker.stop()
+        raise
     try:  # the ready line inside: a Ctrl-C right after it still stops the broker cleanly
         click.echo(f"broker: {broker.bootstrap}   data and log: {broker.data_dir}   (Ctrl-C stops)")
         while broker.running:
@@ -713,8 +780,11 @@ def jars_fetch(names):
 
 
 def main(argv: Optional[list[str]] = None) -> int:
+    from .signals import StopSignal, stop_signals
+
     try:
-        cli.main(args=argv, prog_name="lmstream-kit", standalone_mode=False)
+        with stop_signals():  # SIGTERM and SIGHUP take Ctrl-C's clean path
+            cli.main(args=argv, prog_name="lmstream-kit", standalone_mode=False)
     except KitError as exc:
         click.echo(f"error: {exc}", err=True)
         return 2
@@ -723,6 +793,9 @@ def main(argv: Optional[list[str]] = None) -> int:
         return 130
     except click.ClickException as exc:
         exc.show()
+        return exc.exit_code
+    except StopSignal as exc:
+        click.echo(f"stopped ({exc.name})", err=True)
         return exc.exit_code
     except KeyboardInterrupt:
         return 130

@@ -45,7 +45,7 @@ from typing import Any
 
 from .exceptions import ConfigError
 from .protocol import BatchController, Param
-from .service_model import INPUTS, HeapForecast, window_ends_passed
+from .service_model import INPUTS, HeapForecast, window_end_at, window_ends_passed
 from .stats import (
     ServiceTimeModel,
     _check_history,
@@ -68,6 +68,9 @@ __all__ = [
 # way the arithmetic on paper says (as "reached") instead of depending on
 # binary rounding; a nanosecond is far below any meaningful latency.
 _TIE_EPS_S = 1e-9
+
+#: parameter changes a controller keeps in memory (each is also in its batch's record, on disk)
+CHANGES_KEPT = 1000
 
 
 # ---------------------------------------------------------------------------
@@ -386,8 +389,9 @@ class AdmissionController(BatchController):
         self._state: dict[str, float] = {}  # state rows, bytes and removals from Spark's last progress
         self._last_eviction: float | None = None  # when a progress last reported state rows removed
         self._heap = HeapForecast()  # whether a batch will stop for the driver's collector (progress' heap)
-        self._changes: list[ParamChange] = []
-        self._n_reported = 0  # how many of _changes pop_changes already returned
+        self._changes: deque[ParamChange] = deque(maxlen=CHANGES_KEPT)  # the newest; older ones are in the records
+        self._n_changes = 0  # changes applied so far (the next one's seq - 1)
+        self._n_reported = 0  # the seq of the last change pop_changes returned
         self._sync_prior()
 
     # -- internal (call with the lock held, or from __init__) ---------------
@@ -588,7 +592,7 @@ class AdmissionController(BatchController):
         if period in self._closed_ends or not self._closed_ends:
             return self._closed_ends.get(period)
         passed = max(v for v in self._closed_ends.values() if v is not None)
-        return math.floor(passed / period + 1e-9) * period
+        return window_end_at(passed, period)
 
     def _note_admitted(self, admitted: Sequence) -> None:
         seconds = [float(s) for d in admitted if (s := getattr(d, "second", None)) is not None]
@@ -771,7 +775,8 @@ class AdmissionController(BatchController):
             if "quantile" in diff or "interval_margin" in diff:
                 self._refresh_margin()
             self._sync_prior()
-            self._changes.append(ParamChange(len(self._changes) + 1, time.time(), diff))
+            self._n_changes += 1
+            self._changes.append(ParamChange(self._n_changes, time.time(), diff))
             for key, (old, value) in diff.items():
                 if record:
                     self.log_change(key, value, old=old)
@@ -801,7 +806,7 @@ class AdmissionController(BatchController):
 
     @property
     def changes(self) -> list[ParamChange]:
-        """All applied changes, oldest first (a copy)."""
+        """The applied changes, oldest first (a copy): the newest :data:`CHANGES_KEPT`."""
         with self._lock:
             return list(self._changes)
 
@@ -812,8 +817,8 @@ class AdmissionController(BatchController):
         with that batch's id; each change is reported exactly once.
         """
         with self._lock:
-            out = self._changes[self._n_reported :]
-            self._n_reported = len(self._changes)
+            out = [c for c in self._changes if c.seq > self._n_reported]
+            self._n_reported = self._n_changes
             return out
 
     # -- read-only answers -------------------------------------------------
@@ -928,7 +933,7 @@ class AdmissionController(BatchController):
             out["prior_s"] = self._model.prior_s
             out["n_observed"] = self._n_observed
             out["n_warmup"] = self._n_warmup
-            out["n_changes"] = len(self._changes)
+            out["n_changes"] = self._n_changes
             fm = self._features_model
         out["feature_model"] = None if fm is None else fm.snapshot()
         return out

@@ -36,9 +36,10 @@ from .metrics import (
 from .placement import Placement
 from .stream_controls import StreamControls
 from .stream_config import StreamConfig
-from .runinfo import final_run_info, run_info
+from .runinfo import final_run_info, recorded_workload, run_info
 from .runloop import BatchSettings, RunLoop
 from .protocol import BatchController, ChangeLog
+from .retention import make_retention
 from .record import controller_target_s, latency_bound, summarize, tumbling_start_s, window_params
 from .workloads import Workload
 
@@ -135,6 +136,14 @@ class LiveStream(StreamControls):
         deletion removed them before the batch read them, e.g. when it is replayed after a long
         stop): fail the stream, with the offsets named (default, like Spark's Kafka source), or
         go on without them, each lost range in ``dead_letter.jsonl``.
+    retention : str, dict, SpoolRetention or None
+        Spool retention (:mod:`lmstream_kit.retention`), plugged in as a controller.
+        ``"default"``: committed spool data older than an hour is deleted, with 100 batches
+        always kept behind the committed offset; ingested files gone from the inbox leave the
+        manifest; the dead-letter file rotates at 64 MiB and its parts are kept 7 days.  Text
+        such as ``"age=2h,size=5GiB,batches=50"``, a dict of SpoolRetention's parameters, or
+        None / ``"off"`` to keep everything.  Nothing a restart from the checkpoint reads
+        again is ever deleted.
 
     Examples
     --------
@@ -178,6 +187,7 @@ class LiveStream(StreamControls):
         kafka: Optional[str] = None,
         kafka_partitions: int = 2,
         fail_on_data_loss: bool = True,
+        retention: Any = "default",
     ) -> None:
         super().__init__()
         self._restore = bool(restore_config)
@@ -230,6 +240,9 @@ class LiveStream(StreamControls):
         self._run_info: Optional[dict] = None
         for plugin in self.workload.live_objects():  # the live objects the workload comes with
             self.add_controller(plugin)
+        self.retention = make_retention(retention)  # housekeeping, before the caller's plug-ins
+        if self.retention is not None:
+            self.add_controller(self.retention)
         for c in controllers:
             self.add_controller(c)
 
@@ -333,6 +346,10 @@ class LiveStream(StreamControls):
         from .engine.channel import ChannelServer
         from .metrics import remove_unused_run_dir
 
+        recorded = recorded_workload(self.run_dir)  # before anything is written there
+        if recorded is not None and recorded != self.workload.name:
+            raise ConfigError(f"run directory {self.run_dir} holds a run of workload {recorded}, not "
+                              f"{self.workload.name}: give another run_dir")
         created = not self.run_dir.exists()
         try:
             self.run_dir.mkdir(parents=True, exist_ok=True)
@@ -351,8 +368,13 @@ class LiveStream(StreamControls):
             self.journal = Journal(self.run_dir)
             rolled_back = self.engine.recover_unfinished_repartition(checkpoint)  # Spark would refuse to start
             resume, committed = self.engine.checkpoint_offsets(checkpoint)
+            if committed is not None and committed < self.spool.first_seq:
+                raise ConfigError(f"the checkpoint in {checkpoint} resumes at spool dataset {committed}, but the "
+                                  f"spool's retention deleted the data before {self.spool.first_seq}: is this "
+                                  f"spool shared with another run?")
             with self.loop.lock:
-                self.loop.book.resume(resume=resume, committed=committed, now=time.time())
+                self.loop.book.resume(resume=resume, committed=committed, now=time.time(),
+                                      start=self.spool.first_seq)
             if resume is not None:  # the controllers learn from what the run's batches cost so far
                 self.loop.on_resume(read_jsonl(self.run_dir / METRICS_FILE))
             self._metrics_writer = JsonlWriter(self.run_dir / METRICS_FILE)
@@ -572,7 +594,7 @@ class LiveStream(StreamControls):
                     self.loop.book.in_batch = False
                     self._adopt(old_workload, None, None)
                     self.loop.book.forget_planned()
-                    self.loop.book.resume(resume=resume, committed=committed, now=time.time())
+                    self.loop.book.resume(resume=resume, committed=committed, now=time.time(), start=self.spool.first_seq)
                     self.placement.restarted()
                 self._start_query()
                 with self.loop.lock:

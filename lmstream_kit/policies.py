@@ -91,7 +91,7 @@ def get_policy(name: str, *, trigger_s: float | None = None) -> Policy:
     """Look up a policy by name; ``trigger_s`` sets the ``fixed`` interval (default 10 s)."""
     policy = POLICIES.get(name)
     if policy.name == "fixed" and trigger_s is not None:
-        if not (isinstance(trigger_s, (int, float)) and trigger_s > 0):
-            raise ConfigError(f"fixed trigger interval must be > 0 seconds, got {trigger_s}")
+        if not (isinstance(trigger_s, (int, float)) and math.isfinite(trigger_s) and trigger_s > 0):
+            raise ConfigError(f"fixed trigger interval must be a finite number > 0 of seconds, got {trigger_s}")
         policy = replace(policy, trigger_s=float(trigger_s))
     return policy

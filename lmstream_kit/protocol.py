@@ -28,6 +28,7 @@ import math
 import numbers
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -57,6 +58,9 @@ ADMISSION = "admission"
 BATCH = "batch"
 
 _MISSING = object()
+
+#: stamped changes a change log keeps in memory
+HISTORY_KEPT = 10_000
 
 
 def positive(name: str, value: Any, *, allow_zero: bool = False) -> float:
@@ -180,7 +184,7 @@ class ChangeLog:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._pending: list[Change] = []
-        self._history: list[tuple[int, Change]] = []
+        self._history: deque[tuple[int, Change]] = deque(maxlen=HISTORY_KEPT)
 
     def record(self, param: str, value: Any, *, old: Any = _MISSING, phase: str = ADMISSION,
                source: str = "", **detail: Any) -> Change:
@@ -208,7 +212,8 @@ class ChangeLog:
             self._history.extend((int(batch_id), c) for c in changes)
 
     def history(self) -> list[tuple[int, Change]]:
-        """Every stamped change with its batch id, oldest first."""
+        """The stamped changes with their batch ids, oldest first: the newest :data:`HISTORY_KEPT`
+        (every change is also in its batch's record, on disk)."""
         with self._lock:
             return list(self._history)
 

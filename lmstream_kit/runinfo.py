@@ -5,14 +5,18 @@ Both read a :class:`~lmstream_kit.live.LiveStream`'s public state; the stream wr
 
 from __future__ import annotations
 
+import json
+import os
 import platform
 import time
+from pathlib import Path
 from typing import Any
 
 from . import __version__
+from .exceptions import ConfigError
 from .record import controller_target_s
 
-__all__ = ["final_run_info", "run_info"]
+__all__ = ["final_run_info", "recorded_workload", "run_info"]
 
 
 def run_info(stream: Any, previous: dict) -> dict:
@@ -46,15 +50,13 @@ def run_info(stream: Any, previous: dict) -> dict:
 def final_run_info(stream: Any) -> dict:
     """The totals ``run.json`` gets when the stream stops: what was fed, processed and rejected."""
     stream.spool.refresh()
-    records = stream.records
-    data = [r for r in records if r["rows"] > 0]
     completed = stream.loop.book.completed_end
     info = {
         "stopped_at": time.time(),
         "feed_rows": stream.spool.total_rows(),
         "feed_datasets": stream.spool.end_seq,
-        "rows_processed": sum(r["rows"] for r in data),
-        "batches": len(records),
+        "rows_processed": stream.loop.rows_done,
+        "batches": stream.loop.batches_done,
         "total_rows": stream.spool.total_rows(0, completed),
         "processed_through_seq": completed,
     }
@@ -62,3 +64,35 @@ def final_run_info(stream: Any) -> dict:
     if rows_bad is not None:
         info["rows_rejected"] = rows_bad
     return info
+
+
+def recorded_workload(run_dir: os.PathLike | str) -> str | None:
+    """The workload whose run ``run_dir`` holds, as its ``run.json`` names it; None when it names none.
+
+    None too where there is no ``run.json`` (a new run directory).  A ``run.json`` that cannot be
+    read as a run's record is a ConfigError naming it: a stream started there would fail on it
+    after Spark started.
+
+    >>> import tempfile
+    >>> run = Path(tempfile.mkdtemp())
+    >>> recorded_workload(run) is None
+    True
+    >>> _ = (run / "run.json").write_text('{"workload": "CM2S", "policy": "fixed"}')
+    >>> recorded_workload(run)
+    'CM2S'
+    """
+    path = Path(run_dir) / "run.json"
+    if not path.exists():
+        return None
+    try:
+        info = json.loads(path.read_text())
+    except OSError as exc:
+        raise ConfigError(f"cannot read {path}: {exc.strerror or exc}") from None
+    except ValueError as exc:  # not JSON, or not UTF-8
+        raise ConfigError(f"{path} is not valid JSON ({exc}): not a run's run.json") from None
+    if not isinstance(info, dict):
+        raise ConfigError(f"{path} is not a JSON object: not a run's run.json")
+    workload = info.get("workload")
+    if workload is not None and not isinstance(workload, str):
+        raise ConfigError(f"{path} names no workload by name (workload: {workload!r}): not a run's run.json")
+    return workload

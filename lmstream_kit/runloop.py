@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +20,9 @@ from .admission import DRAIN, HOLD, AdmissionBook
 from .exceptions import ConfigError
 from .protocol import ADMISSION, BATCH, BatchContext, BatchController, ChangeLog
 from .record import FIELD_DOCS, BatchRecord, batch_bytes
+
+#: batch records a stream keeps in memory (a day of 2 s batches is 43,200; each is about 2 KB)
+RECORDS_KEPT = 10_000
 
 __all__ = ["BatchSettings", "RunLoop", "apply_after_batch"]
 
@@ -88,7 +92,10 @@ class RunLoop:
         self.after_batch: Callable[[], None] = lambda: None  # e.g. start the feed after batch 0
         self.failure: BaseException | None = None
         self._plugins: list[BatchController] = []
-        self._records: list[dict] = []
+        self._records: deque[dict] = deque(maxlen=RECORDS_KEPT)  # the newest; all are in metrics.jsonl
+        #: batches run and rows they processed since the stream started (all of them, kept or not)
+        self.batches_done = 0
+        self.rows_done = 0
         self._callbacks: list[BatchCallback] = []
 
     # ------------------------------------------------------------------ controllers
@@ -122,7 +129,8 @@ class RunLoop:
     # ------------------------------------------------------------------ records and subscribers
     @property
     def records(self) -> list[dict]:
-        """Copies of the records so far (thread-safe)."""
+        """The records so far, oldest first (thread-safe): the newest :data:`RECORDS_KEPT`; the
+        run's ``metrics.jsonl`` has every one."""
         with self.lock:
             return list(self._records)
 
@@ -249,6 +257,8 @@ class RunLoop:
         with self.lock:
             self.book.complete(span)
             self._records.append(as_dict)
+            self.batches_done += 1
+            self.rows_done += int(as_dict.get("rows") or 0)
             callbacks = list(self._callbacks)
             self.batch_done.notify_all()
         self.after_batch()

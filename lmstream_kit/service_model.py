@@ -33,8 +33,12 @@ import numpy as np
 from .exceptions import ConfigError
 from .stats import ServiceTimeModel, nearest_rank_quantile
 
-__all__ = ["FEATURES", "INPUTS", "FeatureServiceModel", "HeapForecast", "compare_errors", "window_ends_passed",
+__all__ = ["FEATURES", "INPUTS", "FeatureServiceModel", "HeapForecast", "compare_errors", "window_end_at", "window_ends_passed",
            "windows_closed"]
+
+#: the driver JVM's memory pools each progress record reports (``<pool>_used_bytes`` and
+#: ``<pool>_committed_bytes``: :class:`lmstream_kit.engine.listener.JvmMemory`), and HeapForecast reads
+HEAP_POOLS = ("eden", "old")
 
 #: What the caller passes to :meth:`FeatureServiceModel.observe` and ``predict``, with its unit.
 #: All are known before the batch is admitted; a missing one counts as 0.
@@ -478,7 +482,7 @@ class HeapForecast:
     {'young_gc_due': 1.0, 'full_gc_due': 0.0}
     """
 
-    _NEEDS = ("eden_used_bytes", "eden_committed_bytes", "old_used_bytes", "old_committed_bytes")
+    _NEEDS = tuple(f"{pool}_{what}_bytes" for pool in HEAP_POOLS for what in ("used", "committed"))
 
     def __init__(self, history: int = 30) -> None:
         self._alloc: deque[float] = deque(maxlen=history)  # eden bytes a row allocates
@@ -516,6 +520,15 @@ class HeapForecast:
         return {"young_gc_due": float(young), "full_gc_due": float(full)}
 
 
+def window_end_at(t: float, period_s: float) -> float:
+    """The latest window end (a multiple of ``period_s``) at or before ``t``; an exact tie counts.
+
+    >>> window_end_at(119.9999999999, 60), window_end_at(119.9, 60), window_end_at(-1, 60)
+    (120.0, 60.0, -60.0)
+    """
+    return float(math.floor((t + _TIE_EPS_S) / period_s) * period_s)
+
+
 def window_ends_passed(
     closed_end: float | None,
     seconds: Iterable[float],
@@ -549,9 +562,9 @@ def window_ends_passed(
     for second in seconds:
         second = _finite("second", second, nonneg=False)
         if closed_end is None:
-            closed_end = math.floor((second + _TIE_EPS_S) / period) * period
+            closed_end = window_end_at(second, period)
             continue
-        end = (math.floor((closed_end + _TIE_EPS_S) / period) + 1) * period
+        end = window_end_at(closed_end, period) + period
         while end <= second - lateness + _TIE_EPS_S:
             passed.append(end)
             closed_end = end

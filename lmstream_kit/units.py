@@ -11,7 +11,7 @@ import re
 from datetime import timedelta
 from typing import Any
 
-__all__ = ["format_bytes", "format_value", "parse_duration"]
+__all__ = ["format_bytes", "format_value", "parse_bytes", "parse_duration"]
 
 
 def format_bytes(nbytes: Any) -> str:
@@ -101,3 +101,39 @@ def parse_duration(value: Any, what: str = "duration") -> float:
     if not math.isfinite(seconds) or seconds < 0:
         raise bad
     return seconds
+
+
+_BYTE_UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 10**9, "gb": 10**9,
+               "t": 10**12, "tb": 10**12, "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
+
+
+def parse_bytes(value: Any, what: str = "size") -> int:
+    """Bytes in ``value``: an integer, or text such as ``"64 MiB"``, ``"1GiB"``, ``"500 MB"``.
+
+    KiB/MiB/GiB/TiB are powers of 1024, kB/MB/GB/TB powers of 1000.  Raises ConfigError (a
+    ValueError) naming ``what`` and the value.
+
+    >>> parse_bytes("64 MiB"), parse_bytes("1.5GB"), parse_bytes(4096)
+    (67108864, 1500000000, 4096)
+    >>> parse_bytes("ten gigs", "retention size")
+    Traceback (most recent call last):
+    ...
+    lmstream_kit.exceptions.ConfigError: retention size must be a number of bytes or a size such as '512 MiB', got 'ten gigs'
+    """
+    from .exceptions import ConfigError
+
+    bad = ConfigError(f"{what} must be a number of bytes or a size such as '512 MiB', got {value!r}")
+    if isinstance(value, bool):
+        raise bad
+    if isinstance(value, (int, float)):
+        number = float(value)
+    elif isinstance(value, str):
+        m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([a-zA-Z]*)\s*", value)
+        if m is None or m.group(2).lower() not in _BYTE_UNITS:
+            raise bad
+        number = float(m.group(1)) * _BYTE_UNITS[m.group(2).lower()]
+    else:
+        raise bad
+    if not math.isfinite(number) or number < 0:
+        raise bad
+    return int(number)

@@ -226,6 +226,7 @@ def test_run_writes_metrics_and_prints_a_summary(tmp_path):
     assert all("device_plan" in r for r in records if r["rows"] > 0)
 
 
+@pytest.mark.spark  # it starts Spark's JVM, which reports the plugin missing
 def test_rapids_mode_without_the_plugin_is_a_user_error(tmp_path):
     proc = kit("run", "--duration", "5", "--device-mode", "rapids", "--out", str(tmp_path / "r"))
     # Spark's JVM prints its start-up lines first; the kit's own error is one line, the last

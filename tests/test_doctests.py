@@ -9,6 +9,8 @@ import pytest
 
 MODULES = [
     "lmstream_kit.stream_config",
+    "lmstream_kit.retention",
+    "lmstream_kit.signals",
     "lmstream_kit.plots.frames",
     "lmstream_kit.units",
     "lmstream_kit.stats",

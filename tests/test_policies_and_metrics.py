@@ -27,9 +27,9 @@ def test_unknown_policy_lists_the_known_ones():
         get_policy("eager")
 
 
-@pytest.mark.parametrize("bad", [0, -3, float("nan")])
+@pytest.mark.parametrize("bad", [0, -3, float("nan"), float("inf")])
 def test_fixed_trigger_must_be_positive(bad):
-    with pytest.raises(ConfigError, match="fixed trigger interval must be > 0"):
+    with pytest.raises(ConfigError, match="fixed trigger interval must be a finite number > 0 of seconds"):
         get_policy("fixed", trigger_s=bad)
 
 

@@ -23,9 +23,17 @@ class RecordBuffer:
     :attr:`changed` (a condition on :attr:`lock`); buffered records are merged
     when read.  After :meth:`close`, :meth:`push` does nothing.  :attr:`lock`
     also guards the redraw state (:class:`widgets.redraw.Redraw`).
+
+    A live buffer keeps the newest ``kept`` batches (the figures of a stream that runs for days
+    show its latest ones; the run's ``metrics.jsonl`` has them all); a replay (:meth:`load`)
+    keeps the whole run.
     """
 
-    def __init__(self) -> None:
+    #: batches a live buffer keeps, as many as the stream itself keeps in memory
+    KEPT = 10_000
+
+    def __init__(self, kept: int | None = KEPT) -> None:
+        self.kept = kept
         self.lock = threading.Lock()
         self.changed = threading.Condition(self.lock)  # notified on a new record and on close
         self.dirty = False  # records pushed since the last redraw took them
@@ -59,6 +67,13 @@ class RecordBuffer:
             except (KeyError, TypeError, ValueError):
                 continue  # not a batch record
         self._pending.clear()
+        self._trim_locked()
+
+    def _trim_locked(self) -> None:
+        # in steps of a tenth, so that the sort runs once per kept/10 batches, not every batch
+        if self.kept is not None and len(self._by_id) > self.kept + self.kept // 10:
+            for batch_id in sorted(self._by_id)[: len(self._by_id) - self.kept]:
+                del self._by_id[batch_id]
 
     def records(self) -> list[dict]:
         """Every record, sorted by batch id; one per batch id."""
@@ -73,6 +88,7 @@ class RecordBuffer:
     def load(self, records: Iterable[Mapping]) -> None:
         """Merge ``records`` now (a run's metrics file); records without a batch id are skipped."""
         with self.lock:
+            self.kept = None  # a replay holds the whole run
             self._pending.extend(records)
             self.merge_locked()
 
@@ -81,6 +97,7 @@ class RecordBuffer:
         with self.lock:
             for record in records:
                 self._by_id[int(record["batch_id"])] = dict(record)
+            self._trim_locked()
 
 
 def attach_live(stream: Any, buffer: RecordBuffer) -> Callable[[dict], None]:

@@ -73,7 +73,14 @@ class _Runner:
         before = self.meter.sample() if self.meter is not None else None
         wall = duration_s / cfg.speedup
         caught_up = True
-        stream.start()
+        from ..signals import deferred_stop
+
+        try:
+            with deferred_stop():  # a stop in Spark's start-up would leave the query half started
+                stream.start()
+        except KeyboardInterrupt:
+            stream.stop(drain=False)
+            raise
         try:
             stream.wait(until=lambda s: s.feed_finished(), timeout=3 * wall + 120)
             if catch_up_s is None:
@@ -173,9 +180,9 @@ def run_bench(
             "commits": saved.get("commits") or [commit],
             **({"capacity_restarted": stale} if stale is not None else {}),
             "master": engine.master,
-            "config": _config_dict(cfg),
-            **{k: _config_dict(cfg)[k] for k in ("speedup", "duration_s", "repeat", "rate", "queries",
-                                                  "policies", "traffic", "trigger_s", "output")},
+            "config": (config := _config_dict(cfg)),  # after resolve_windows: the windows found
+            **{k: config[k] for k in ("speedup", "duration_s", "repeat", "rate", "queries",
+                                      "policies", "traffic", "trigger_s", "output")},
             "feed": cfg.feed or "spool",
         }
         cells_log = JsonlWriter(out / "cells.jsonl")

@@ -8,6 +8,8 @@ from typing import Callable, Optional
 
 from pyspark.sql.streaming import StreamingQueryListener
 
+from ..service_model import HEAP_POOLS
+
 
 def progress_record(progress) -> dict:
     """Flatten a StreamingQueryProgress into a metrics-friendly dict."""
@@ -52,10 +54,11 @@ class JvmMemory:
         self._pools: dict[str, object] = {}
         for pool in factory.getMemoryPoolMXBeans():  # "Eden Space", "PS Old Gen", "Tenured Gen", "G1 Eden Space"
             name = str(pool.getName())
+            eden, old = HEAP_POOLS  # the names HeapForecast reads
             if "Eden" in name:
-                self._pools["eden"] = pool
+                self._pools[eden] = pool
             elif "Old Gen" in name or "Tenured" in name:
-                self._pools["old"] = pool
+                self._pools[old] = pool
         self._last: Optional[tuple[int, int, int]] = None
 
     def sample(self) -> dict:

@@ -16,6 +16,7 @@ from contextlib import contextmanager
 from typing import Mapping, Optional, Sequence
 
 from ..exceptions import EngineError, one_line
+from ..signals import shielded_children
 from ..jars import find_java  # noqa: F401  (here since the engine came first)
 
 #: confs applied to every session the kit creates; callers can override any
@@ -108,7 +109,8 @@ def build_session(
     for key, value in settings.items():
         builder = builder.config(key, value)
     try:
-        spark = builder.getOrCreate()
+        with shielded_children():  # the JVM ignores SIGTERM/SIGHUP: the kit stops it, in order
+            spark = builder.getOrCreate()
     except Exception as exc:  # JVM failed to start, master unreachable, ...
         first = one_line(exc)
         raise EngineError(f"could not start Spark (master {master}): {first}") from exc

@@ -32,7 +32,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.fs as pafs
 
-from lmstream_kit.exceptions import ConfigError
+from lmstream_kit.exceptions import ConfigError, IngestError
 
 from .parse import parse_file
 from .spool import Spool
@@ -194,17 +194,39 @@ class DirectoryIngest:
     @property
     def files_done(self) -> int:
         """Files handled so far, including by earlier runs on this spool."""
-        return len(self._manifest.done)
+        return len(self._manifest.done) + int(self._manifest.compacted["files"])
 
     @property
     def total_rows_ok(self) -> int:
         """Rows ingested so far, including by earlier runs on this spool."""
-        return sum(int(e.get("rows_ok") or 0) for e in self._manifest.done.values())
+        return (sum(int(e.get("rows_ok") or 0) for e in self._manifest.done.values())
+                + int(self._manifest.compacted["rows_ok"]))
 
     @property
     def total_rows_bad(self) -> int:
         """Rows dead-lettered so far, including by earlier runs on this spool."""
-        return sum(int(e.get("rows_bad") or 0) for e in self._manifest.done.values())
+        return (sum(int(e.get("rows_bad") or 0) for e in self._manifest.done.values())
+                + int(self._manifest.compacted["rows_bad"]))
+
+    def compact_manifest(self, *, before_seq: int, older_than: float) -> int:
+        """Drop the manifest entries of files gone from the directory, handled before ``older_than``
+        (epoch seconds), whose dataset is before ``before_seq``; return how many went.
+
+        A file still in the directory keeps its entry, or it would be ingested again; a file
+        that comes back after its entry went is a new file.  Totals keep their counts.
+        """
+        with self._lock:
+            try:
+                present = {entry.name for entry in self._watch.list_directory()}
+            except IngestError:
+                return 0  # the directory is unusable just now: keep everything
+
+            def drop(entry: dict) -> bool:
+                seq = entry.get("seq")
+                return (entry["file"] not in present and float(entry.get("at") or 0) < older_than
+                        and (seq is None or int(seq) < before_seq))
+
+            return self._manifest.compact(drop)
 
     def manifest(self) -> list[dict]:
         """The manifest entries, one per handled file."""

@@ -11,6 +11,7 @@ Layout under the spool root::
 
     meta.json                    format version, created_at, Arrow schema (base64)
     index.jsonl                  one JSON line per committed dataset, appended
+    retained.json                where retention left off: datasets before ``first_seq`` have no data
     data/000000000000.arrow      Arrow IPC *file* format, one file per dataset
     data/000000000001.arrow
     ...
@@ -62,6 +63,7 @@ __all__ = [
 SPOOL_FORMAT_VERSION = 1
 _META = "meta.json"
 _INDEX = "index.jsonl"
+_RETAINED = "retained.json"
 _DATA = "data"
 
 
@@ -192,6 +194,27 @@ def _read_ipc_file(fs: pafs.FileSystem, full_path: str) -> Iterator[pa.RecordBat
     yield from batches
 
 
+def _missing_reason(fs: pafs.FileSystem, root: str, rel: str) -> str:
+    """Why data file ``rel`` is missing: retention deleted it (the spool's mark says so), or not known."""
+    first = _read_first_seq(fs, root)
+    stem = rel.rsplit("/", 1)[-1].split(".", 1)[0]
+    if stem.isdigit() and int(stem) < first:
+        return (f"spool dataset {int(stem)} at {root} was deleted by the spool's retention (datasets before "
+                f"{first} are gone); a restart from the run's checkpoint never needs it")
+    return f"spool data file {root}/{rel} is missing"
+
+
+def _read_first_seq(fs: pafs.FileSystem, root: str) -> int:
+    """The spool's retention mark (``retained.json``): the first dataset with a data file (0: none deleted)."""
+    try:
+        with fs.open_input_stream(f"{root}/{_RETAINED}", compression=None) as f:
+            return int(json.loads(f.read().decode("utf-8"))["first_seq"])
+    except FileNotFoundError:
+        return 0
+    except (pa.ArrowException, OSError, ValueError, KeyError, TypeError) as exc:
+        raise SpoolError(f"cannot read the retention mark of spool {root}: {one_line(exc)}") from exc
+
+
 def read_dataset_files(uri: str, paths: Sequence[str]) -> Iterator[pa.RecordBatch]:
     """Read spool data files by relative path, without touching the index.
 
@@ -213,7 +236,12 @@ def read_dataset_files(uri: str, paths: Sequence[str]) -> Iterator[pa.RecordBatc
     """
     fs, root = _cached_fs(uri)
     for rel in paths:
-        yield from _read_ipc_file(fs, f"{root}/{rel}")
+        try:
+            yield from _read_ipc_file(fs, f"{root}/{rel}")
+        except SpoolError as exc:
+            if isinstance(exc.__cause__, FileNotFoundError):
+                raise SpoolError(_missing_reason(fs, root, rel)) from exc
+            raise
 
 
 class Spool:
@@ -268,6 +296,8 @@ class Spool:
         self._is_local = isinstance(self.filesystem, pafs.LocalFileSystem)
         self._infos: list[DatasetInfo] = []
         self._cum_rows: list[int] = [0]  # prefix sums so total_rows is O(1)
+        self._cum_bytes: list[int] = [0]  # and kept_bytes
+        self._first_seq = 0  # retention's mark: datasets before it have no data file any more
         self._offset = 0  # bytes of index.jsonl already parsed (complete lines only)
         self._index_stream = None
         self._closed = False
@@ -287,6 +317,7 @@ class Spool:
             if kafka is not None and self.kafka_stored != dict(kafka):
                 raise SpoolError(f"spool at {self._location} indexes {self.kafka_stored or 'no topic'}, not {dict(kafka)}")
             self.kafka = self.kafka_stored
+            self._first_seq = _read_first_seq(self.filesystem, self.root)
         elif not create:
             raise SpoolError(f"no spool at {self._location} (meta.json not found)")
         elif schema is None:
@@ -412,8 +443,9 @@ class Spool:
         for entry in entries:
             name = entry.base_name
             stem = name.split(".", 1)[0]
+            # below the retention mark: a release that died between its mark and its deletions
             orphan = name.startswith(".tmp-") or (
-                name.endswith(".arrow") and stem.isdigit() and int(stem) >= next_seq
+                name.endswith(".arrow") and stem.isdigit() and not self._first_seq <= int(stem) < next_seq
             )
             if orphan and entry.type == pafs.FileType.File:
                 try:
@@ -544,6 +576,66 @@ class Spool:
                                ranges={int(p): (int(a), int(b)) for p, (a, b) in ranges.items()})
             return self._commit(info)
 
+    # -------------------------------------------------------------- retention
+    @property
+    def first_seq(self) -> int:
+        """The first dataset whose rows are still here: retention deleted the data of those before it."""
+        return self._first_seq
+
+    @property
+    def kept_bytes(self) -> int:
+        """Bytes of the data files still here (datasets ``first_seq`` onwards; 0 in a Kafka spool)."""
+        with self._lock:
+            if self.kafka is not None:
+                return 0
+            first = min(self._first_seq, len(self._infos))
+            return self._cum_bytes[-1] - self._cum_bytes[first]
+
+    def release(self, before_seq: int) -> tuple[int, int]:
+        """Delete the data of datasets ``[first_seq, before_seq)``; return ``(datasets, bytes)`` freed.
+
+        The index keeps their lines (sequence numbers stay contiguous, offsets stay valid).  The
+        mark (``retained.json``) is moved first, then the files are deleted: a crash in between
+        leaves files below the mark, which the next writer to open the spool removes.  The caller
+        decides what may go (:mod:`lmstream_kit.retention` never passes what a restart from the
+        checkpoint could read again).
+
+        Raises
+        ------
+        SpoolError
+            If the spool is read-only, ``before_seq`` is past its end, or the mark cannot be written.
+        """
+        if not self.writable:
+            raise SpoolError(f"spool at {self._location} was opened read-only (create=False)")
+        with self._lock:
+            before = int(before_seq)
+            if before > len(self._infos):
+                raise SpoolError(f"cannot release spool datasets before {before}: the spool at {self._location} "
+                                 f"holds {len(self._infos)}")
+            first = self._first_seq
+            if before <= first:
+                return 0, 0
+            tmp = self._full(f"{_RETAINED}.tmp-{uuid.uuid4().hex[:8]}")
+            try:
+                with self.filesystem.open_output_stream(tmp, compression=None) as out:
+                    out.write(json.dumps({"first_seq": before, "at": time.time()}).encode("utf-8"))
+                self.filesystem.move(tmp, self._full(_RETAINED))
+            except (pa.ArrowException, OSError) as exc:
+                raise SpoolError(f"cannot write the retention mark of spool at {self._location}: "
+                                 f"{one_line(exc)}") from exc
+            self._first_seq = before
+            freed = self._cum_bytes[before] - self._cum_bytes[first] if self.kafka is None else 0
+            infos = self._infos[first:before]
+        if self.kafka is None:
+            for info in infos:  # outside the lock: appends go on meanwhile
+                try:
+                    self.filesystem.delete_file(self._full(info.path))
+                except FileNotFoundError:
+                    pass
+                except (pa.ArrowException, OSError):
+                    pass  # below the mark: removed when a writer next opens the spool
+        return len(infos), int(freed)
+
     def close(self) -> None:
         """Close the index append stream; further appends raise SpoolError."""
         with self._lock:
@@ -572,6 +664,7 @@ class Spool:
     def _add(self, info: DatasetInfo) -> None:
         self._infos.append(info)
         self._cum_rows.append(self._cum_rows[-1] + info.rows)
+        self._cum_bytes.append(self._cum_bytes[-1] + info.nbytes)
 
     def refresh(self) -> list[DatasetInfo]:
         """Parse index lines appended since the last call and return their entries.
@@ -670,7 +763,12 @@ class Spool:
             yield from read_kafka_datasets(self.kafka, infos, self.schema)
             return
         for info in infos:
-            yield from _read_ipc_file(self.filesystem, self._full(info.path))
+            try:
+                yield from _read_ipc_file(self.filesystem, self._full(info.path))
+            except SpoolError as exc:
+                if isinstance(exc.__cause__, FileNotFoundError):
+                    raise SpoolError(_missing_reason(self.filesystem, self.root, info.path)) from exc
+                raise
 
     def read_table(self, start: int = 0, end: int | None = None) -> pa.Table:
         """Return datasets ``[start, end)`` as one table (empty table if none)."""

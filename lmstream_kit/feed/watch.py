@@ -23,7 +23,8 @@ import fnmatch
 import json
 import os
 import time
-from collections.abc import Container, Sequence
+from collections.abc import Callable, Container, Sequence
+from typing import Any
 from pathlib import Path
 
 import pyarrow.fs as pafs
@@ -120,12 +121,17 @@ class Manifest:
     An entry holds the file's name, size, mtime, seq, rows_ok and rows_bad.  A file is identified
     by its name: a later file with the same name is ignored.  A line torn by a crash is skipped
     (that file is examined again) and ended before the next entry is appended.
+
+    :meth:`compact` (retention) drops the entries of files that are gone from the inbox; their
+    counts live on in a first line ``{"compacted": {"files", "rows_ok", "rows_bad", "last_seq"}}``.
     """
 
     def __init__(self, spool: Spool) -> None:
         self.spool = spool
         self.path = f"{spool.root}/{MANIFEST_NAME}"
         self.done: dict[str, dict] = {}
+        #: what compaction dropped: files, rows_ok, rows_bad, and the newest dataset among them
+        self.compacted: dict[str, Any] = {"files": 0, "rows_ok": 0, "rows_bad": 0, "last_seq": None}
         self._torn = False
         self._load()
 
@@ -142,13 +148,19 @@ class Manifest:
                 continue  # blank, or a line torn by a crash: that file is re-examined
             if isinstance(entry, dict) and "file" in entry:
                 self.done[str(entry["file"])] = entry
+            elif isinstance(entry, dict) and isinstance(entry.get("compacted"), dict):
+                self.compacted.update(entry["compacted"])
         self._torn = bool(raw) and not raw.endswith(b"\n")
 
     def recover_from_spool(self) -> None:
         """Record the spool's datasets whose ``source`` file is missing from the manifest."""
         # A crash after the spool append but before the manifest line would
-        # otherwise make the next run ingest that file a second time.
-        for info in self.spool.datasets():
+        # otherwise make the next run ingest that file a second time.  Only datasets after the
+        # newest one recorded can lack their line (one file is ingested at a time).
+        seqs = [int(e["seq"]) for e in self.done.values() if e.get("seq") is not None]
+        if self.compacted.get("last_seq") is not None:
+            seqs.append(int(self.compacted["last_seq"]))
+        for info in self.spool.datasets(max(seqs) + 1 if seqs else 0):
             if info.source and info.source != "generator" and info.source not in self.done:
                 self.record(
                     {"file": info.source, "size": None, "mtime": None, "seq": info.seq,
@@ -165,3 +177,31 @@ class Manifest:
         with fs.open_append_stream(self.path, compression=None) as out:
             out.write(line)
         self.done[entry["file"]] = entry
+
+    def compact(self, drop: Callable[[dict], bool]) -> int:
+        """Rewrite the manifest without the entries ``drop(entry)`` picks; return how many went.
+
+        Their counts are added to the ``compacted`` line, so totals stay whole.  The new file
+        replaces the old one in one move: a crash leaves either.
+        """
+        gone = [name for name, entry in self.done.items() if drop(entry)]
+        if not gone:
+            return 0
+        summary = dict(self.compacted)
+        for name in gone:
+            entry = self.done[name]
+            summary["files"] = int(summary["files"]) + 1
+            summary["rows_ok"] = int(summary["rows_ok"]) + int(entry.get("rows_ok") or 0)
+            summary["rows_bad"] = int(summary["rows_bad"]) + int(entry.get("rows_bad") or 0)
+            if entry.get("seq") is not None:
+                summary["last_seq"] = max(int(entry["seq"]), int(summary["last_seq"] or 0))
+        kept = {name: entry for name, entry in self.done.items() if name not in set(gone)}
+        lines = [json.dumps({"compacted": summary}, separators=(",", ":"))]
+        lines += [json.dumps(entry, separators=(",", ":")) for entry in kept.values()]
+        fs = self.spool.filesystem
+        tmp = f"{self.path}.tmp-{os.getpid()}"
+        with fs.open_output_stream(tmp, compression=None) as out:
+            out.write(("\n".join(lines) + "\n").encode("utf-8"))
+        fs.move(tmp, self.path)
+        self.done, self.compacted, self._torn = kept, summary, False
+        return len(gone)

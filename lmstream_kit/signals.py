@@ -1,0 +1,140 @@
+"""Stop signals: SIGTERM and SIGHUP stop a command as cleanly as Ctrl-C, and no child outlives it.
+
+systemd, ``timeout``, container runtimes and Jupyter's kernel shutdown send SIGTERM; a closed
+terminal sends SIGHUP.  Python's default for both is to die on the spot, which leaves the
+stream's JVM printing stack traces and a cluster's JVMs orphaned.  :func:`stop_signals` turns
+them into :class:`StopSignal`, a KeyboardInterrupt, so every command's Ctrl-C path runs.
+
+:func:`deferred_stop` holds a stop back while something must not be cut in half (Spark's JVM
+starting: cut, it is left running with nobody to stop it); the stop is raised when the block ends.
+:func:`shielded_children` starts child processes (Spark's JVM) with SIGTERM and SIGHUP ignored,
+so that a signal sent to the whole process group stops the kit, and the kit stops its JVM, in
+order: the JVM exits on its own when the driver's Python is gone (PySpark's gateway watches its
+standard input).
+
+>>> import os, signal
+>>> with stop_signals():
+...     try:
+...         os.kill(os.getpid(), signal.SIGTERM)
+...     except StopSignal as stop:
+...         print(stop.name, stop.exit_code)
+SIGTERM 143
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import threading
+from collections.abc import Callable, Iterator
+
+__all__ = ["STOP_SIGNALS", "StopSignal", "deferred_stop", "shielded_children", "stop_signals"]
+
+#: the signals that stop a command like Ctrl-C (SIGINT keeps Python's own KeyboardInterrupt)
+STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGHUP") if hasattr(signal, name))
+
+
+class StopSignal(KeyboardInterrupt):
+    """Raised in the main thread when a stop signal (SIGTERM, SIGHUP) arrives."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = int(signum)
+
+    @property
+    def name(self) -> str:
+        return signal.Signals(self.signum).name
+
+    @property
+    def exit_code(self) -> int:
+        """The shell's code for a process the signal ended: 128 + its number."""
+        return 128 + self.signum
+
+
+def _raise(signum, _frame) -> None:
+    raise StopSignal(signum)
+
+
+def _in_main_thread() -> bool:
+    return threading.current_thread() is threading.main_thread()
+
+
+@contextlib.contextmanager
+def stop_signals() -> Iterator[None]:
+    """Within the block, SIGTERM and SIGHUP raise :class:`StopSignal` in the main thread.
+
+    Outside the main thread (where Python cannot set handlers) it does nothing.
+    """
+    if not _in_main_thread():
+        yield
+        return
+    old = {s: signal.signal(s, _raise) for s in STOP_SIGNALS}
+    try:
+        yield
+    finally:
+        for s, handler in old.items():
+            signal.signal(s, handler)
+
+
+@contextlib.contextmanager
+def deferred_stop(said: Callable[[str], None] | None = None) -> Iterator[None]:
+    """Hold Ctrl-C, SIGTERM and SIGHUP back until the block ends, then raise the first one.
+
+    ``said(name)`` is called once when the first arrives, so the person who pressed Ctrl-C sees
+    that it was heard.  A stop is raised as KeyboardInterrupt (Ctrl-C) or :class:`StopSignal`.
+    """
+    if not _in_main_thread():
+        yield
+        return
+    got: list[int] = []
+
+    def hold(signum, _frame) -> None:
+        if not got and said is not None:
+            said(signal.Signals(signum).name)
+        got.append(signum)
+
+    watched = (signal.SIGINT, *STOP_SIGNALS)
+    old = {s: signal.signal(s, hold) for s in watched}
+    try:
+        yield
+    finally:
+        for s, handler in old.items():
+            signal.signal(s, handler)
+    if got:
+        if got[0] == signal.SIGINT:
+            raise KeyboardInterrupt
+        raise StopSignal(got[0])
+
+
+_shield = threading.local()
+_hook_lock = threading.Lock()
+_hooked = False
+
+
+def _ignore_stop_signals_in_child() -> None:
+    if getattr(_shield, "on", False):
+        for s in STOP_SIGNALS:
+            signal.signal(s, signal.SIG_IGN)
+
+
+@contextlib.contextmanager
+def shielded_children() -> Iterator[None]:
+    """Child processes this thread starts within the block ignore SIGTERM and SIGHUP.
+
+    It works where a child is forked by Python code (``os.fork``, or ``subprocess`` with a
+    ``preexec_fn``, as PySpark starts its JVM): an at-fork hook sets the child's dispositions,
+    this process keeps its own.  An ignored disposition survives ``exec``, and a JVM started
+    with a signal ignored keeps ignoring it.
+    """
+    global _hooked
+    with _hook_lock:
+        if not _hooked and hasattr(os, "register_at_fork"):
+            os.register_at_fork(after_in_child=_ignore_stop_signals_in_child)
+            _hooked = True
+    before = getattr(_shield, "on", False)
+    _shield.on = True
+    try:
+        yield
+    finally:
+        _shield.on = before
