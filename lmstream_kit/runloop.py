@@ -21,8 +21,8 @@ from .exceptions import ConfigError
 from .protocol import ADMISSION, BATCH, BatchContext, BatchController, ChangeLog
 from .record import FIELD_DOCS, BatchRecord, batch_bytes
 
-#: batch records a stream keeps in memory (a day of 2 s batches is 43,200; each is about 2 KB)
-RECORDS_KEPT = 10_000
+#: batch records a stream keeps in memory (about 2 KB each; a day of 2 s batches is 43,200, all in metrics.jsonl)
+RECORDS_KEPT = 1000
 
 __all__ = ["BatchSettings", "RunLoop", "apply_after_batch"]
 

@@ -629,3 +629,15 @@ def test_import_widgets_stays_cheap():
                          timeout=120, check=False)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "Dashboard"
+
+
+def test_a_live_record_buffer_keeps_the_newest_batches_and_a_replay_keeps_all():
+    from widgets.sources import RecordBuffer
+
+    live = RecordBuffer(kept=10)
+    for b in range(12):  # trimmed in steps of a tenth: 11 kept until the 12th
+        live.push({"batch_id": b})
+    assert live.batch_ids() == [] and [r["batch_id"] for r in live.records()] == list(range(2, 12))
+    replay = RecordBuffer(kept=10)
+    replay.load({"batch_id": b} for b in range(30))
+    assert len(replay.records()) == 30

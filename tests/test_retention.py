@@ -73,11 +73,27 @@ def test_release_deletes_data_files_and_keeps_the_index(tmp_path):
 def test_reading_a_released_dataset_says_retention_deleted_it(tmp_path):
     sp = _spool(tmp_path, n=3)
     sp.release(2)
+    with pytest.raises(SpoolError, match=r"spool dataset 1 at .* was released by retention \(datasets before 2\)"):
+        sp.read_table(1, 2)
+    reader = Spool(tmp_path / "spool", create=False)  # another process: the index file has every line
+    assert [i.seq for i in reader.datasets()] == [0, 1, 2]
     with pytest.raises(SpoolError, match=r"spool dataset 1 at .* was deleted by the spool's retention "
                                          r"\(datasets before 2 are gone\)"):
-        sp.read_table(1, 2)
+        reader.read_table(1, 2)
     with pytest.raises(SpoolError, match="deleted by the spool's retention"):
         list(read_dataset_files(sp.uri, ["data/000000000000.arrow"]))
+
+
+def test_released_entries_leave_memory_and_totals_stay_whole(tmp_path):
+    sp = _spool(tmp_path, n=5)
+    sp.release(3)
+    assert len(sp._infos) == 2 and [i.seq for i in sp.datasets(3)] == [3, 4]
+    assert (sp.end_seq, sp.total_rows(), sp.total_rows(0, 4), sp.total_rows(3)) == (5, 50, 40, 20)
+    assert sp.append(pa.table({"x": pa.array([1, 2], pa.int64())})).seq == 5
+    assert sp.total_rows() == 52 and len(sp) == 6
+    with pytest.raises(SpoolError, match="spool dataset 1 at .* was released by retention"):
+        sp.total_rows(1, 4)
+    assert sp.datasets(1, 1) == []  # an empty range asks for nothing
 
 
 def test_release_past_the_end_or_read_only_is_refused(tmp_path):

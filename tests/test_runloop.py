@@ -233,3 +233,15 @@ def test_a_plugin_that_fails_after_the_batch_neither_fails_it_nor_stops_the_next
     _, record = run(loop, 0, batch_id=1)
     assert record["after_batch_errors"] == {"Broken": "RuntimeError: cannot learn"}
     assert record["traced_rows"] == 60 and loop.book.completed_end == 6 and ("after", 1) in tracer.calls
+
+
+def test_memory_keeps_the_newest_records_and_the_totals_count_every_batch(monkeypatch):
+    import lmstream_kit.runloop as runloop
+
+    monkeypatch.setattr(runloop, "RECORDS_KEPT", 3)
+    loop = make(AdmitAll("asap"), n=0)
+    for batch_id in range(5):
+        loop.spool.items.append(NS(seq=batch_id, arrival=1000.0 + batch_id, rows=10, nbytes=1000))
+        run(loop, batch_id, batch_id=batch_id)
+    assert [r["batch_id"] for r in loop.records] == [2, 3, 4]
+    assert (loop.batches_done, loop.rows_done) == (5, 50)

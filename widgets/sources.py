@@ -30,7 +30,7 @@ class RecordBuffer:
     """
 
     #: batches a live buffer keeps, as many as the stream itself keeps in memory
-    KEPT = 10_000
+    KEPT = 1000
 
     def __init__(self, kept: int | None = KEPT) -> None:
         self.kept = kept

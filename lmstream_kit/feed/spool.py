@@ -298,6 +298,7 @@ class Spool:
         self._cum_rows: list[int] = [0]  # prefix sums so total_rows is O(1)
         self._cum_bytes: list[int] = [0]  # and kept_bytes
         self._first_seq = 0  # retention's mark: datasets before it have no data file any more
+        self._base = 0  # datasets released from memory: _infos[i] is dataset _base + i
         self._offset = 0  # bytes of index.jsonl already parsed (complete lines only)
         self._index_stream = None
         self._closed = False
@@ -435,7 +436,7 @@ class Spool:
         # temp files from a crashed append are garbage; the next append of that
         # seq would overwrite them anyway, but some filesystems refuse to move
         # onto an existing file, so clear them now.
-        next_seq = len(self._infos)
+        next_seq = self._next_seq()
         try:
             entries = self.filesystem.get_file_info(pafs.FileSelector(self._full(_DATA), allow_not_found=True))
         except (pa.ArrowException, OSError):
@@ -490,7 +491,7 @@ class Spool:
         with self._lock:
             if self._closed or self._index_stream is None:
                 raise SpoolError(f"spool at {self._location} is closed")
-            seq = len(self._infos)
+            seq = self._next_seq()
             rel = _data_path(seq)
             final = self._full(rel)
             tmp = self._full(f"{_DATA}/.tmp-{seq:012d}.arrow")
@@ -570,7 +571,7 @@ class Spool:
         with self._lock:
             if self._closed or self._index_stream is None:
                 raise SpoolError(f"spool at {self._location} is closed")
-            seq = len(self._infos)
+            seq = self._next_seq()
             info = DatasetInfo(seq=seq, arrival=float(arrival), rows=int(rows), nbytes=int(nbytes),
                                path="", source=source,
                                ranges={int(p): (int(a), int(b)) for p, (a, b) in ranges.items()})
@@ -588,8 +589,8 @@ class Spool:
         with self._lock:
             if self.kafka is not None:
                 return 0
-            first = min(self._first_seq, len(self._infos))
-            return self._cum_bytes[-1] - self._cum_bytes[first]
+            first = min(self._first_seq, self._next_seq())
+            return self._cum_bytes[-1] - self._prefix(self._cum_bytes, first)
 
     def release(self, before_seq: int) -> tuple[int, int]:
         """Delete the data of datasets ``[first_seq, before_seq)``; return ``(datasets, bytes)`` freed.
@@ -609,9 +610,9 @@ class Spool:
             raise SpoolError(f"spool at {self._location} was opened read-only (create=False)")
         with self._lock:
             before = int(before_seq)
-            if before > len(self._infos):
+            if before > self._next_seq():
                 raise SpoolError(f"cannot release spool datasets before {before}: the spool at {self._location} "
-                                 f"holds {len(self._infos)}")
+                                 f"holds {self._next_seq()}")
             first = self._first_seq
             if before <= first:
                 return 0, 0
@@ -624,8 +625,14 @@ class Spool:
                 raise SpoolError(f"cannot write the retention mark of spool at {self._location}: "
                                  f"{one_line(exc)}") from exc
             self._first_seq = before
-            freed = self._cum_bytes[before] - self._cum_bytes[first] if self.kafka is None else 0
-            infos = self._infos[first:before]
+            freed = (self._prefix(self._cum_bytes, before) - self._prefix(self._cum_bytes, first)
+                     if self.kafka is None else 0)
+            infos = self._infos[first - self._base:before - self._base]
+            # their index entries leave memory too (the file keeps its lines): a stream that runs
+            # for days holds the datasets it may still read, not one entry per second since it began
+            cut = before - self._base
+            del self._infos[:cut], self._cum_rows[:cut], self._cum_bytes[:cut]
+            self._base = before
         if self.kafka is None:
             for info in infos:  # outside the lock: appends go on meanwhile
                 try:
@@ -661,6 +668,22 @@ class Spool:
             pass
 
     # ---------------------------------------------------------------- reading
+    def _next_seq(self) -> int:
+        """The seq the next dataset gets: the datasets released from memory plus those held."""
+        return self._base + len(self._infos)
+
+    def _prefix(self, sums: list[int], seq: int) -> int:
+        """Rows (or bytes) of datasets ``[0, seq)`` from the prefix sums held (from ``_base`` on)."""
+        if seq == 0:
+            return 0
+        if seq < self._base:
+            raise self._released(seq)
+        return sums[seq - self._base]
+
+    def _released(self, seq: int) -> SpoolError:
+        return SpoolError(f"spool dataset {seq} at {self._location} was released by retention (datasets before "
+                          f"{self._base}): its index line is in the file, no longer in memory")
+
     def _add(self, info: DatasetInfo) -> None:
         self._infos.append(info)
         self._cum_rows.append(self._cum_rows[-1] + info.rows)
@@ -697,7 +720,7 @@ class Spool:
             for raw in chunk[: end + 1].splitlines():
                 if not raw.strip():
                     continue
-                expected = len(self._infos)
+                expected = self._next_seq()
                 try:
                     info = DatasetInfo.from_json(json.loads(raw))
                 except (ValueError, KeyError, TypeError) as exc:
@@ -717,15 +740,16 @@ class Spool:
     def end_seq(self) -> int:
         """Number of complete datasets known (refreshes the index first)."""
         self.refresh()
-        return len(self._infos)
+        return self._next_seq()
 
     def __len__(self) -> int:
         return self.end_seq
 
     def _bounds(self, start: int, end: int | None) -> tuple[int, int]:
-        n = len(self._infos)
+        n = self._next_seq()
         if start < 0:
             raise SpoolError(f"dataset start must be >= 0, got {start}")
+
         stop = n if end is None else min(int(end), n)
         return int(start), max(int(start), stop)
 
@@ -733,13 +757,15 @@ class Spool:
         """Return the datasets with ``start <= seq < end`` (end None = all known)."""
         self.refresh()
         lo, hi = self._bounds(start, end)
-        return self._infos[lo:hi]
+        if lo < self._base and hi > lo:
+            raise self._released(lo)
+        return self._infos[lo - self._base:hi - self._base]
 
     def total_rows(self, start: int = 0, end: int | None = None) -> int:
         """Return the number of rows in datasets ``[start, end)``."""
         self.refresh()
         lo, hi = self._bounds(start, end)
-        return self._cum_rows[hi] - self._cum_rows[lo] if hi > lo else 0
+        return self._prefix(self._cum_rows, hi) - self._prefix(self._cum_rows, lo) if hi > lo else 0
 
     def read_batches(
         self, infos_or_start: Iterable[DatasetInfo] | int = 0, end: int | None = None
@@ -775,7 +801,7 @@ class Spool:
         return pa.Table.from_batches(list(self.read_batches(start, end)), schema=self.schema)
 
     def __repr__(self) -> str:
-        return f"Spool({self.uri!r}, datasets={len(self._infos)}, writable={self.writable})"
+        return f"Spool({self.uri!r}, datasets={self._next_seq()}, writable={self.writable})"
 
 
 def _schema_str(schema: pa.Schema) -> str:
