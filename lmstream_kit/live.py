@@ -357,6 +357,10 @@ class LiveStream(StreamControls):
             raise ConfigError(f"cannot create run directory {self.run_dir}: {exc.strerror}") from None
         try:
             previous = read_run_info(self.run_dir)
+            # a start counts before Spark is up: one killed while Spark started is a restart too
+            write_run_info(self.run_dir, {**previous, "workload": self.workload.name,
+                                          "restarts": int(previous.get("restarts", -1)) + 1,
+                                          "starting_at": time.time()})
             if self.kafka is not None:  # an unreachable broker is said now, before Spark starts
                 from .feed.kafka import open_topic
 

@@ -14,9 +14,10 @@ from typing import Any
 
 from . import __version__
 from .exceptions import ConfigError
+from .metrics import METRICS_FILE, read_jsonl
 from .record import controller_target_s
 
-__all__ = ["final_run_info", "recorded_workload", "run_info"]
+__all__ = ["final_run_info", "processed_totals", "recorded_workload", "run_info"]
 
 
 def run_info(stream: Any, previous: dict) -> dict:
@@ -47,6 +48,27 @@ def run_info(stream: Any, previous: dict) -> dict:
     }
 
 
+def processed_totals(metrics_path: os.PathLike | str) -> dict:
+    """``rows_processed`` and ``batches`` over every start of a run, from its ``metrics.jsonl``.
+
+    A batch that a crash left uncommitted runs again after the restart under the same batch id,
+    over the same datasets: its newest record counts, once.
+
+    >>> import tempfile, json
+    >>> path = Path(tempfile.mkdtemp()) / "metrics.jsonl"
+    >>> _ = path.write_text("".join(json.dumps(r) + "\\n" for r in
+    ...     [{"batch_id": 0, "rows": 5}, {"batch_id": 1, "rows": 7}, {"batch_id": 1, "rows": 7}]))
+    >>> processed_totals(path)
+    {'rows_processed': 12, 'batches': 2}
+    """
+    rows: dict[tuple, int] = {}
+    for record in read_jsonl(Path(metrics_path)):
+        if isinstance(record, dict) and record.get("batch_id") is not None:
+            key = (int(record["batch_id"]), record.get("start_seq"), record.get("end_seq"))
+            rows[key] = int(record.get("rows") or 0)
+    return {"rows_processed": sum(rows.values()), "batches": len(rows)}
+
+
 def final_run_info(stream: Any) -> dict:
     """The totals ``run.json`` gets when the stream stops: what was fed, processed and rejected."""
     stream.spool.refresh()
@@ -55,8 +77,7 @@ def final_run_info(stream: Any) -> dict:
         "stopped_at": time.time(),
         "feed_rows": stream.spool.total_rows(),
         "feed_datasets": stream.spool.end_seq,
-        "rows_processed": stream.loop.rows_done,
-        "batches": stream.loop.batches_done,
+        **processed_totals(Path(stream.run_dir) / METRICS_FILE),
         "total_rows": stream.spool.total_rows(0, completed),
         "processed_through_seq": completed,
     }

@@ -11,6 +11,7 @@ MODULES = [
     "lmstream_kit.stream_config",
     "lmstream_kit.retention",
     "lmstream_kit.signals",
+    "lmstream_kit.runinfo",
     "lmstream_kit.plots.frames",
     "lmstream_kit.units",
     "lmstream_kit.stats",
