@@ -318,10 +318,16 @@ def _progress(stream, *, duration: float, watch_input: bool) -> None:
         TimeElapsedColumn(),
     ]
     started = time.monotonic()
+    waiting = None
     with Progress(*columns, console=console, transient=False) as bar:
         task = bar.add_task("streaming", total=duration, batches=0, rows=0, maxlat="-")
         while True:
             stream.check_health()
+            now_waiting = stream.waiting
+            if bool(now_waiting) != bool(waiting):  # a line when the stream starts or stops waiting (a full disk)
+                bar.console.print(now_waiting if now_waiting else "going on: the wait is over", markup=False,
+                                  highlight=False)
+                waiting = now_waiting
             records = [r for r in stream.records if r["rows"] > 0]
             last = records[-1]["max_latency_s"] if records else None
             if watch_input:

@@ -39,6 +39,7 @@ from .stream_config import StreamConfig
 from .runinfo import final_run_info, recorded_workload, run_info
 from .runloop import BatchSettings, RunLoop
 from .protocol import BatchController, ChangeLog
+from .diskguard import DEFAULT_MIN_FREE, DiskGuard
 from .retention import make_retention
 from .record import controller_target_s, latency_bound, summarize, tumbling_start_s, window_params
 from .workloads import Workload
@@ -144,6 +145,9 @@ class LiveStream(StreamControls):
         such as ``"age=2h,size=5GiB,batches=50"``, a dict of SpoolRetention's parameters, or
         None / ``"off"`` to keep everything.  Nothing a restart from the checkpoint reads
         again is ever deleted.
+    min_free_disk : int or None
+        Bytes of free space below which admission waits (:mod:`lmstream_kit.diskguard`: a full
+        disk holds the stream instead of failing it; it goes on when space returns).  None: no guard.
 
     Examples
     --------
@@ -188,6 +192,7 @@ class LiveStream(StreamControls):
         kafka_partitions: int = 2,
         fail_on_data_loss: bool = True,
         retention: Any = "default",
+        min_free_disk: Optional[int] = DEFAULT_MIN_FREE,
     ) -> None:
         super().__init__()
         self._restore = bool(restore_config)
@@ -243,12 +248,16 @@ class LiveStream(StreamControls):
         self.retention = make_retention(retention)  # housekeeping, before the caller's plug-ins
         if self.retention is not None:
             self.add_controller(self.retention)
+        self.disk_guard = None if min_free_disk is None else self.add_controller(DiskGuard(min_free_bytes=min_free_disk))
         for c in controllers:
             self.add_controller(c)
 
     def _on_progress(self, progress: dict) -> None:
         """Spark's progress of a batch: written as it comes, and given to the controllers."""
-        self._progress_writer.append(progress)
+        try:
+            self._progress_writer.append(progress)
+        except OSError:  # a full disk: the progress file is a diagnosis, the batch records are the data
+            pass
         self.loop.on_progress(progress)
 
     def _make_optimizer(self, optimizer, mapper: DeviceMapper):
@@ -321,6 +330,11 @@ class LiveStream(StreamControls):
     @property
     def is_active(self) -> bool:
         return self.engine.is_active
+
+    @property
+    def waiting(self) -> Optional[str]:
+        """Why the stream waits now (a full disk holds admission, or the feed), or None."""
+        return self.loop.held or getattr(self.feed, "blocked", None)
 
     @property
     def failure(self) -> Optional[BaseException]:

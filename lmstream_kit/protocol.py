@@ -353,6 +353,9 @@ class BatchContext:
 class BatchController(Tunable):
     """A per-batch controller plugged into the run loop; every hook has a no-op default.
 
+    ``admission_held()``
+        asked before the gate, whenever Spark asks for the next batch: why nothing may be
+        admitted now (a full disk), or None; while any controller holds, data waits, none is lost;
     ``on_admit(pending)``
         the gate admitted ``pending``: return fields to carry to the batch (or None);
     ``on_plan(start, end)``
@@ -383,6 +386,9 @@ class BatchController(Tunable):
 
     #: record fields this controller adds, with what they mean
     FIELDS: ClassVar[Mapping[str, str]] = {}
+
+    def admission_held(self) -> str | None:
+        return None
 
     def on_admit(self, pending: Sequence[Any]) -> Mapping[str, Any] | None:
         return None

@@ -91,6 +91,8 @@ class RunLoop:
         self.sink: Callable[[dict], None] = lambda record: None  # writes each record as it is made
         self.after_batch: Callable[[], None] = lambda: None  # e.g. start the feed after batch 0
         self.failure: BaseException | None = None
+        #: why a controller holds admission now (``admission_held``), or None
+        self.held: str | None = None
         self._plugins: list[BatchController] = []
         self._records: deque[dict] = deque(maxlen=RECORDS_KEPT)  # the newest; all are in metrics.jsonl
         #: batches run and rows they processed since the stream started (all of them, kept or not)
@@ -158,6 +160,9 @@ class RunLoop:
             base = self.book.base(start)
             if self.book.mode == HOLD:
                 return base
+            self.held = self._held()
+            if self.held is not None:  # e.g. a full disk: the data waits in the spool
+                return base
             pending = self.spool.datasets(base)
             if not pending:
                 return base
@@ -175,6 +180,17 @@ class RunLoop:
             return self.book.admit(base, end=admitted[-1].seq + 1, admitted_at=now,
                                    reason=decision.reason if decision is not None else "drain",
                                    fields=fields, policy=self.settings().policy)
+
+    def _held(self) -> str | None:
+        """The first controller's reason to hold admission; one that raises does not hold."""
+        for controller in self.controllers:
+            try:
+                why = controller.admission_held()
+            except Exception:  # noqa: BLE001 - a broken guard must not fail Spark's source
+                continue
+            if why:
+                return str(why)
+        return None
 
     def on_planned(self, start: int, end: int, split: bool = True) -> int | None:
         """Spark plans the batch ``start..end``; returns the input partitions to split it into (None: the

@@ -12,6 +12,7 @@ MODULES = [
     "lmstream_kit.retention",
     "lmstream_kit.signals",
     "lmstream_kit.runinfo",
+    "lmstream_kit.diskguard",
     "lmstream_kit.plots.frames",
     "lmstream_kit.units",
     "lmstream_kit.stats",

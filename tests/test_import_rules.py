@@ -24,7 +24,7 @@ PURE = {
     "lmstream_kit.flumina.batches", "lmstream_kit.flumina.tables",
     "lmstream_kit.tune", "lmstream_kit.tune.operators", "lmstream_kit.tune.knobs", "lmstream_kit.tune.ds2",
     "lmstream_kit.tune.predictor", "lmstream_kit.tune.tuner", "lmstream_kit.tune.history", "lmstream_kit.tune.pretrain", "lmstream_kit.tune.compare",
-    "lmstream_kit.tune.stagesim", "lmstream_kit.bench.resume", "lmstream_kit.retention", "lmstream_kit.signals",
+    "lmstream_kit.tune.stagesim", "lmstream_kit.bench.resume", "lmstream_kit.retention", "lmstream_kit.signals", "lmstream_kit.diskguard",
 }
 #: modules that may use the engine adapter layer
 ENGINE_USERS = {"lmstream_kit.live", "lmstream_kit.bench.run", "lmstream_kit.cli", "lmstream_kit.attached",

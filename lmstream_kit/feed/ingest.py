@@ -32,7 +32,8 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.fs as pafs
 
-from lmstream_kit.exceptions import ConfigError, IngestError
+from lmstream_kit.diskguard import is_disk_full
+from lmstream_kit.exceptions import ConfigError, IngestError, one_line
 
 from .parse import parse_file
 from .spool import Spool
@@ -171,6 +172,8 @@ class DirectoryIngest:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.error: BaseException | None = None
+        #: why ingest waits now (the spool's disk is full), or None
+        self.blocked: str | None = None
         self.last_report = IngestReport()
         self._manifest = Manifest(spool)
         self._manifest.recover_from_spool()
@@ -273,9 +276,12 @@ class DirectoryIngest:
         while not self._stop.is_set():
             try:
                 self.scan_once()
-                self.error = None
+                self.error = self.blocked = None
             except Exception as exc:  # noqa: BLE001 - kept for the caller; the directory may come back
-                self.error = exc
+                if is_disk_full(exc):  # the file stays in the inbox, unrecorded: the next scan takes it
+                    self.blocked = f"ingest waits: {one_line(exc)}"
+                else:
+                    self.error = exc
             self._stop.wait(self.poll_interval_s)
 
     def start(self) -> DirectoryIngest:

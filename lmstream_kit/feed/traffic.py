@@ -27,7 +27,8 @@ from typing import Callable, Sequence
 import numpy as np
 import pyarrow as pa
 
-from lmstream_kit.exceptions import ConfigError
+from lmstream_kit.diskguard import is_disk_full
+from lmstream_kit.exceptions import ConfigError, SpoolError, one_line
 from lmstream_kit.registry import Registry
 
 from .spool import DatasetInfo, Spool
@@ -455,6 +456,8 @@ class FeedGenerator:
         self._rows = 0
         self._finished = False
         self._error: BaseException | None = None
+        #: why the feed waits now (the spool's disk is full), or None
+        self.blocked: str | None = None
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._lock = threading.Lock()
@@ -574,7 +577,16 @@ class FeedGenerator:
                     break
                 with self._lock:
                     self._slot_second = second
-                self._emit(second)
+                try:
+                    self._emit(second)
+                    self.blocked = None
+                except SpoolError as exc:
+                    if not is_disk_full(exc):
+                        raise
+                    # the spool's disk is full: this second's rows are made again (its seed is the
+                    # second) once there is room, so nothing is lost; the stream says why it waits
+                    self.blocked = f"feed waits: {one_line(exc)}"
+                    self._stop.wait(1.0)
         finally:
             self._finished = True
 
