@@ -235,6 +235,9 @@ def run(workload, traffic, rate, spread, policy, trigger_s, slide_s, tumbling, t
     click.echo("starting Spark ...")
     from .signals import StopSignal, deferred_stop
 
+    import logging
+
+    logging.getLogger("py4j").setLevel(logging.CRITICAL)  # a dead JVM is one line (check_health), not 100
     stopped = None  # a stop (Ctrl-C, SIGTERM, SIGHUP) during start-up is held until Spark is up
     try:
         with deferred_stop(lambda name: click.echo(f"{name}: stopping once Spark has started ...")):

@@ -679,6 +679,10 @@ class LiveStream(StreamControls):
     # ------------------------------------------------------------------ waiting
     def check_health(self) -> None:
         """Raise EngineError if the stream, its query or its feed failed."""
+        gone = self.engine.jvm_exited()
+        if gone is not None:
+            raise EngineError(f"{gone}; the stream stopped, and a restart with the same run directory goes "
+                              f"on from its checkpoint")
         if self.loop.failure is not None and not self._restarting:  # a new query's failure may be rolled back
             raise EngineError(f"stream {self.name} failed: {one_line(self.loop.failure)}")
         if self.query is not None and not self.engine.is_active and not self._stopped and not self._restarting:
@@ -771,11 +775,12 @@ class LiveStream(StreamControls):
                 self.feed.stop()
             except Exception:
                 pass
-        self.engine.stop_query(is_idle=lambda: not self.loop.book.in_batch)
-        last = max((int(r["batch_id"]) for r in self.records), default=-1)
-        # Spark's listener bus delivers it 0.1-0.4 s late, and seconds late on a loaded machine
-        self.engine.await_progress(last, timeout=30.0)
-        self.engine.remove_listener()
+        if self.engine.jvm_exited() is None:  # with the JVM gone there is no query to stop
+            self.engine.stop_query(is_idle=lambda: not self.loop.book.in_batch)
+            last = max((int(r["batch_id"]) for r in self.records), default=-1)
+            # Spark's listener bus delivers it 0.1-0.4 s late, and seconds late on a loaded machine
+            self.engine.await_progress(last, timeout=30.0)
+            self.engine.remove_listener()
         if self._channel is not None:
             self._channel.close()
         for controller in self.controllers:

@@ -111,7 +111,25 @@ class SparkEngine:
             self.spark = build_session(master=self._requested_master, conf=self._conf, app_name=self._app_name)
         else:
             register_source(self.spark)
+        self._jvm_pid = self.driver_pid()  # to tell a JVM that died from a query that failed
         return self
+
+    def jvm_exited(self) -> str | None:
+        """Why Spark's driver JVM is gone (it was killed, or ran out of memory), or None while it runs.
+
+        Asked of the operating system, not of py4j: with the JVM gone, every py4j call fails.
+        """
+        import psutil
+
+        pid = getattr(self, "_jvm_pid", None)
+        if pid is None:
+            return None
+        try:
+            if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+                return None
+        except psutil.NoSuchProcess:
+            pass
+        return f"Spark's JVM exited (pid {pid}): killed, or out of memory (its log is on the terminal or in the run's output)"
 
     @property
     def external(self) -> bool:
@@ -285,7 +303,7 @@ class SparkEngine:
 
     @property
     def is_active(self) -> bool:
-        return self.query is not None and self.query.isActive
+        return self.query is not None and self.jvm_exited() is None and self.query.isActive
 
     def query_error(self) -> str | None:
         """The stopped query's error, as text (None if it stopped without one)."""
@@ -381,6 +399,9 @@ class SparkEngine:
 
     def close(self) -> None:
         """Stop the listener, and the session when it was built here."""
+        if self.jvm_exited() is not None:  # nothing to stop, and every py4j call would fail
+            self.spark = None if not self._external else self.spark
+            return
         self.remove_listener()
         if not self._external and self.spark is not None:
             try:
