@@ -253,6 +253,9 @@ def run(workload, traffic, rate, spread, policy, trigger_s, slide_s, tumbling, t
     except KeyboardInterrupt as exc:
         interrupted = True
         click.echo(f"{exc.name if isinstance(exc, StopSignal) else 'interrupted'}: stopping cleanly ...")
+    except Exception:
+        interrupted = True  # failed: what is pending waits for the next run in this directory
+        raise
     finally:
         if not interrupted:
             click.echo("draining pending datasets and stopping ...")

@@ -143,3 +143,22 @@ def test_sigterm_stops_the_standalone_cluster_and_its_jvms(tmp_path):
     assert "stopping" in out
     _assert_clean(out, err)
     _assert_no_child_left(seen)
+
+
+def test_a_jvm_killed_under_a_running_stream_is_one_line(tmp_path):
+    run = tmp_path / "jvm"
+    proc = _start(["run", "--duration", "600", "--speedup", "4", "--out", str(run)], tmp_path)
+    seen: set = set()
+    try:
+        _wait_for(proc, seen, lambda: _batches(run) >= 2, 180, "second batch")
+        _descendants(proc, seen)
+        [jvm] = [pid for pid, cmd in _alive(seen) if cmd.startswith("/") and "java" in cmd.split()[0]]
+        os.kill(jvm, signal.SIGKILL)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 2, (out[-2000:], err[-2000:])
+    assert "Traceback" not in out + err and "Exception" not in out + err, err[-3000:]
+    assert err.strip().splitlines()[-1].startswith(f"error: Spark's JVM exited (pid {jvm})"), err[-2000:]
+    _assert_no_child_left(seen)

@@ -116,7 +116,26 @@ def build_session(
         raise EngineError(f"could not start Spark (master {master}): {first}") from exc
     spark.sparkContext.setLogLevel(log_level)
     register_source(spark)
+    _quiet_accumulator_server(spark)
     return spark
+
+
+def _quiet_accumulator_server(spark) -> None:
+    """PySpark's accumulator server prints a 20-line traceback when the JVM's connection ends (an
+    ``EOFError``: the JVM exited); the kit says that in one line.  Other errors still print."""
+    import sys
+
+    server = getattr(spark.sparkContext, "_accumulatorServer", None)
+    if server is None or not hasattr(server, "handle_error"):
+        return
+    default = server.handle_error
+
+    def handle_error(request, client_address):
+        if sys.exc_info()[0] is EOFError:
+            return
+        default(request, client_address)
+
+    server.handle_error = handle_error
 
 
 def add_jars(spark, jars: Sequence[str | os.PathLike]) -> None:
