@@ -118,8 +118,9 @@ class DirectoryIngest:
       (surrounding whitespace ignored for non-string columns).  JSON values must
       already have the right JSON type: integers (or integral floats such as
       ``3.0``) for integer columns, numbers for float columns, booleans for bool
-      columns, strings for string columns.  Parquet files are cast as a whole;
-      a failed cast rejects the whole file.
+      columns, strings for string columns.  Parquet columns are cast column by
+      column; a value that does not convert rejects its row only (a column that
+      cannot convert at all, or a missing one, rejects the whole file).
     * **Checks**: ``checks={"speed": (0, 100)}`` rejects rows whose value lies
       outside the inclusive range (``None`` leaves a side open).
     * **Malformed records** never stop ingestion: they are written to the

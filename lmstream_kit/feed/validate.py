@@ -32,15 +32,18 @@ from lmstream_kit.exceptions import ConfigError
 
 __all__ = ["apply_checks", "validate_checks", "write_dead_letter"]
 
-_CAST_CHUNK = 4096  # rows per cast attempt; a bad value costs per-value casts of one chunk only
 _SHOW_MAX = 80
-
-
+# Errors of pc.cast that a bad *value* raises (a parse failure, an overflow, lost precision).
+_CAST_ERRORS = (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError)
+# Errors of pa.array for a Python value that does not fit the type (UnicodeEncodeError: a lone surrogate).
+_ARRAY_ERRORS = (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, OverflowError, UnicodeEncodeError)
+# Below this many values a failing slice is tried value by value instead of halved again.
+_BISECT_LEAF = 16
 
 
 def _show(value: Any) -> str:
-    """Render a bad value for a reason: quoted text for strings, JSON otherwise."""
-    text = repr(value) if isinstance(value, str) else json.dumps(value, default=str)
+    """Render a bad value for a reason: quoted text for strings (and bytes), JSON otherwise."""
+    text = repr(value) if isinstance(value, (str, bytes)) else json.dumps(value, default=str)
     return text if len(text) <= _SHOW_MAX else text[: _SHOW_MAX - 3] + "..."
 
 
@@ -169,8 +172,9 @@ def write_dead_letter(path: Path, name: str, rejects: list[dict]) -> None:
 
     ``line`` is the 1-based physical line for CSV and JSON Lines, the 0-based
     row index for Parquet and JSON arrays, and null when the whole file is
-    rejected.  ``record`` is the raw line (CSV, JSON Lines) or the row as an
-    object (JSON array, Parquet).
+    rejected (the header's line for a CSV header problem).  ``record`` is the
+    raw line (CSV, JSON Lines) or the row as an object (JSON array; Parquet,
+    with the values as the file held them, before conversion).
     """
     if not rejects:
         return
@@ -193,11 +197,12 @@ def _convert_strings(field: pa.Field, arr: pa.Array, problems: _Rejects) -> pa.A
     """Convert a CSV text column to ``field.type``; bad cells become null + a problem."""
     name, typ = field.name, field.type
     if _is_text(typ):
-        empty = pc.equal(arr, "")
+        empty = pc.equal(arr, "").fill_null(False)
         values = pc.if_else(empty, pa.scalar(None, pa.string()), arr).cast(typ)
     else:
         trimmed = pc.utf8_trim_whitespace(arr)
-        empty = pc.equal(trimmed, "")
+        # fill_null: a Parquet text column may hold nulls (CSV cells never do); null is not "empty".
+        empty = pc.equal(trimmed, "").fill_null(False)
         if pa.types.is_timestamp(typ) and typ.tz is not None:
             trimmed = _zoned(trimmed)
         values = _cast_or_null(pc.if_else(empty, pa.scalar(None, pa.string()), trimmed), typ, name, problems)
@@ -213,32 +218,139 @@ def _zoned(text: pa.Array) -> pa.Array:
     return pc.if_else(naive.fill_null(False), pc.binary_join_element_wise(text, "Z", ""), text)
 
 
-def _cast_or_null(values: pa.Array, typ: pa.DataType, name: str, problems: _Rejects) -> pa.Array:
-    try:
-        return pc.cast(values, typ)
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
-        pass
-    # Cast chunk by chunk; only a failing chunk pays for value-by-value casts.
-    parts = []
-    for start in range(0, len(values), _CAST_CHUNK):
-        chunk = values.slice(start, _CAST_CHUNK)
+def _cast(values: pa.Array, typ: pa.DataType) -> pa.Array:
+    """The safe cast of ``values`` to ``typ``, except that a finer time unit is truncated to a
+    coarser one: pandas writes nanoseconds, the spool keeps (say) microseconds, and refusing the
+    row for its last three digits would help no one.  Overflows still fail."""
+    if pa.types.is_temporal(values.type) and pa.types.is_temporal(typ):
+        return pc.cast(values, options=pc.CastOptions(typ, allow_time_truncate=True))
+    return pc.cast(values, typ)
+
+
+def _bisect(values: pa.Array, typ: pa.DataType) -> list[int]:
+    """Offsets of the values of ``values`` that :func:`_cast` refuses, halving failing slices.
+
+    A good stretch costs one vectorised cast and a bad value about ``log2(len(values))`` casts of
+    shrinking slices; only slices of fewer than ``_BISECT_LEAF`` values that still fail are tried
+    value by value.
+    """
+    bad: list[int] = []
+    todo = [(0, len(values))]
+    while todo:
+        start, n = todo.pop()
         try:
-            parts.append(pc.cast(chunk, typ))
+            _cast(values.slice(start, n), typ)
             continue
-        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
+        except _CAST_ERRORS:
             pass
-        out = []
-        for j, v in enumerate(chunk.to_pylist()):
-            if v is None:
-                out.append(None)
-                continue
-            try:
-                out.append(pc.cast(pa.array([v], pa.string()), typ)[0].as_py())
-            except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
-                problems.add(start + j, f"column '{name}': value {_show(v)} is not {typ}")
-                out.append(None)
-        parts.append(pa.array(out, type=typ))
-    return pa.concat_arrays(parts) if parts else pa.array([], type=typ)
+        if n < _BISECT_LEAF:
+            for k in range(start, start + n):
+                try:
+                    _cast(values.slice(k, 1), typ)
+                except _CAST_ERRORS:
+                    bad.append(k)
+            continue
+        half = n // 2
+        todo += [(start + half, n - half), (start, half)]  # the left half is popped first
+    return sorted(bad)
+
+
+def _uncastable(values: pa.Array, typ: pa.DataType) -> np.ndarray:
+    """Rows of ``values`` whose value :func:`_cast` refuses (a cast of the whole array failed).
+
+    The distinct values are tried rather than the rows where there are fewer (a column of
+    ``'fast'`` repeated costs one failed cast, not one per row).
+    """
+    try:
+        distinct = pc.unique(values)
+    except (pa.ArrowNotImplementedError, pa.ArrowTypeError):  # a type without hashing
+        distinct = None
+    if distinct is None or len(distinct) * 2 > len(values):
+        return np.asarray(_bisect(values, typ), dtype=np.int64)
+    bad_values = distinct.take(pa.array(_bisect(distinct, typ), type=pa.int64()))
+    bad = pc.is_in(values, value_set=bad_values).fill_null(False)
+    return np.flatnonzero(bad.to_numpy(zero_copy_only=False))
+
+
+def _cast_or_null(values: pa.Array, typ: pa.DataType, name: str, problems: _Rejects,
+                  shown: pa.Array | None = None) -> pa.Array:
+    """``values`` cast to ``typ``; a value that does not convert becomes null and a problem of its
+    row naming the value (taken from ``shown``, the value as the file held it, if given)."""
+    try:
+        return _cast(values, typ)
+    except _CAST_ERRORS:
+        pass
+    bad = _uncastable(values, typ)
+    shown = values if shown is None else shown
+    for r in bad.tolist():
+        problems.add(r, f"column '{name}': value {_show(shown[r].as_py())} is not {typ}")
+    mask = np.zeros(len(values), dtype=bool)
+    mask[bad] = True
+    return _cast(pc.if_else(pa.array(mask), pa.scalar(None, values.type), values), typ)
+
+
+class _ColumnTypeError(ValueError):
+    """A file's column has a type that no value of can be converted to the spool's (a whole-file
+    problem, unlike a single value that does not convert)."""
+
+
+def _int_overflow_rows(arr: pa.Array, typ: pa.DataType) -> np.ndarray | None:
+    """Rows of a numeric ``arr`` whose value does not fit integer type ``typ`` (too large, or a
+    float with a fraction, NaN or infinite), found without a per-row loop; None for other casts."""
+    if not (pa.types.is_integer(typ) and (pa.types.is_integer(arr.type) or pa.types.is_floating(arr.type))):
+        return None
+    # An unsafe cast wraps or truncates the values that do not fit; the round trip shows which.
+    back = pc.cast(pc.cast(arr, typ, safe=False), arr.type, safe=False)
+    differs = pc.not_equal(back, arr).fill_null(False)
+    return np.flatnonzero(differs.to_numpy(zero_copy_only=False))
+
+
+def _convert_arrow(field: pa.Field, arr: pa.Array, problems: _Rejects) -> pa.Array:
+    """Convert a typed (Parquet) column to ``field.type``, value by value in effect.
+
+    A null in a non-nullable column, and a value the safe cast refuses (``'fast'`` for an int32
+    column, an int64 too large for int32), become null and a problem of their row; the other rows
+    convert in one vectorised cast.  A text column converts like CSV cells (trimmed; empty is
+    missing), so a column of numbers written as text still reads.
+
+    Raises
+    ------
+    _ColumnTypeError
+        If no value of the column's type can be converted (a list or struct column for an int32
+        field, say).
+    """
+    name, typ = field.name, field.type
+    if pa.types.is_dictionary(arr.type):
+        arr = arr.dictionary_decode()
+    if not field.nullable and arr.null_count:
+        nulls = np.flatnonzero(arr.is_null().to_numpy(zero_copy_only=False))
+        problems.add_many(nulls, lambda r: f"column '{name}': value is missing")
+    if arr.type == typ:
+        return arr
+    try:
+        _cast(arr.slice(0, 0), typ)
+    except (pa.ArrowNotImplementedError, pa.ArrowTypeError):
+        raise _ColumnTypeError(f"column '{name}' is {arr.type}, which does not convert to {typ}") from None
+    if _is_text(arr.type) and not _is_text(typ):
+        # Nulls were reported above; _convert_strings reports empty text only.
+        return _convert_strings(field, arr.cast(pa.string()), problems)
+    try:
+        return _cast(arr, typ)
+    except _CAST_ERRORS:
+        pass
+    overflow = _int_overflow_rows(arr, typ)
+    if overflow is not None:
+        mask = np.zeros(len(arr), dtype=bool)
+        mask[overflow] = True
+        try:
+            out = _cast(pc.if_else(pa.array(mask), pa.scalar(None, arr.type), arr), typ)
+        except _CAST_ERRORS:
+            out = None  # the round trip missed a case: find the rows the slow way
+        if out is not None:
+            for r in overflow:
+                problems.add(int(r), f"column '{name}': value {_show(arr[int(r)].as_py())} is not {typ}")
+            return out
+    return _cast_or_null(arr, typ, name, problems)
 
 
 def _json_type_ok(v: Any, typ: pa.DataType) -> bool:
@@ -302,13 +414,16 @@ def _array_of(field: pa.Field, values: list, problems: _Rejects) -> pa.Array:
     typ = field.type
     try:
         return pa.array(values, type=typ)
-    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, OverflowError):
+    except _ARRAY_ERRORS:
         pass
     out = []
     for i, v in enumerate(values):
         try:
             out.append(pa.array([v], type=typ)[0].as_py())
-        except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, OverflowError):
+        except UnicodeEncodeError:  # a JSON "\ud800" escape: a lone surrogate has no UTF-8 form
+            problems.add(i, f"column '{field.name}': value {_show(v)} is not valid Unicode text")
+            out.append(None)
+        except _ARRAY_ERRORS:
             problems.add(i, f"column '{field.name}': value {_show(v)} is not {typ}")
             out.append(None)
     return pa.array(out, type=typ)
