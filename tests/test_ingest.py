@@ -525,7 +525,7 @@ def test_file_that_keeps_growing_is_deferred_until_it_settles(env):
 
 def test_a_file_landing_again_under_a_handled_name_is_ignored(env):
     # Documented behaviour: a file is identified by its name, so new content renamed over (or
-    # appended to) a handled file is never ingested, and nothing says so.
+    # appended to) a handled file is never ingested; the dead-letter file says so, once.
     inbox, spool, _ = env
     (inbox / "a.csv").write_text(HEADER + "1,1,50,0,1,0,3,15840\n")
     age(inbox / "a.csv", 20)
@@ -535,11 +535,16 @@ def test_a_file_landing_again_under_a_handled_name_is_ignored(env):
     os.replace(inbox / ".a.csv.part", inbox / "a.csv")
     age(inbox / "a.csv", 10)
     assert ing.scan_once() == IngestReport()
-    again = make(env)  # a restart does not change it
+    assert ing.scan_once() == IngestReport()  # said once
+    said = dead_letters(ing)
+    assert [(d["file"], d["line"]) for d in said] == [("a.csv", None)]
+    assert said[0]["reason"] == ("a file landed again under the name 'a.csv', handled before (dataset 0): a file "
+                                 "is known by its name, so it is ignored; land it under a new name")
+    again = make(env)  # a restart does not change it (and says it once more)
     assert again.scan_once() == IngestReport()
     assert spool.read_table().column("vehicle").to_pylist() == [1]
     assert [(e["file"], e["rows_ok"]) for e in again.manifest()] == [("a.csv", 1)]
-    assert dead_letters(again) == []
+    assert len(dead_letters(again)) == 2
 
 
 def test_hidden_empty_and_dead_letter_files_are_skipped(env):

@@ -37,7 +37,7 @@ from lmstream_kit.exceptions import ConfigError, IngestError, one_line
 
 from .parse import parse_file
 from .spool import Spool
-from .validate import validate_checks, write_dead_letter
+from .validate import _whole, validate_checks, write_dead_letter
 from .watch import DEFAULT_PATTERNS, MANIFEST_NAME, DirectoryWatch, Manifest
 
 __all__ = ["DEFAULT_PATTERNS", "MANIFEST_NAME", "DirectoryIngest", "IngestReport"]
@@ -248,6 +248,11 @@ class DirectoryIngest:
         with self._lock:
             report = IngestReport()
             ready, report.deferred = self._watch.candidates(self._clock(), self._manifest.done)
+            for name, handled in self._watch.relanded:  # said once, so its rows are not lost unseen
+                write_dead_letter(self.dead_letter, name, [_whole(
+                    f"a file landed again under the name {name!r}, handled before (dataset "
+                    f"{handled.get('seq')}): a file is known by its name, so it is ignored; land it "
+                    f"under a new name")])
             for _, name, st in ready:
                 path = self.directory / name
                 try:

@@ -56,6 +56,9 @@ class DirectoryWatch:
         self.settle_s = float(settle_s)
         self.skip = skip
         self._seen: dict[str, tuple[tuple[int, int], float]] = {}
+        self._reported: dict[str, tuple] = {}  # handled names whose new content was said, and that content
+        #: (name, its manifest entry) of handled names whose file changed since: said once each
+        self.relanded: list[tuple[str, dict]] = []
 
     def list_directory(self) -> list[os.DirEntry]:
         """The directory's entries.
@@ -80,8 +83,11 @@ class DirectoryWatch:
         """
         ready = []
         deferred = 0
+        self.relanded = []
         for entry in self.list_directory():
             name = entry.name
+            if name in done and not name.startswith((".", "_")):
+                self._check_relanded(entry, done)
             if name.startswith((".", "_")) or name in done:
                 continue
             if not any(fnmatch.fnmatch(name, p) for p in self.patterns):
@@ -113,6 +119,22 @@ class DirectoryWatch:
     def forget(self, name: str) -> None:
         """Drop the settle state of ``name`` (once it has been handled)."""
         self._seen.pop(name, None)
+
+    def _check_relanded(self, entry: os.DirEntry, done: Container[str]) -> None:
+        """A handled name whose file now has another size or mtime: new content the kit ignores
+        (a file is known by its name).  Listed once per content in :attr:`relanded`, to be said."""
+        handled = done.get(entry.name) if hasattr(done, "get") else None
+        if not isinstance(handled, dict) or handled.get("size") is None:
+            return
+        try:
+            st = entry.stat()
+        except OSError:
+            return
+        sig = (st.st_size, st.st_mtime)
+        if sig == (handled["size"], handled.get("mtime")) or self._reported.get(entry.name) == sig:
+            return
+        self._reported[entry.name] = sig
+        self.relanded.append((entry.name, handled))
 
 
 class Manifest:
