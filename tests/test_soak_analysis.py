@@ -305,7 +305,10 @@ def test_the_probe_reads_the_driver_the_jvm_py4j_names_and_its_python_workers(fa
     assert s["workers"] == 1 and s["worker_roles"] == {"daemon": 1} and s["workers_rss_bytes"] > 0
 
 
-def test_the_probe_without_a_jvm_reports_none():
+def test_the_probe_without_a_jvm_reports_none(monkeypatch):
+    import psutil
+
+    monkeypatch.setattr(psutil.Process, "children", lambda self, recursive=False: [])  # pytest's own JVMs
     probe = soak.ProcessProbe(NS(engine=NS(driver_pid=lambda: None)))
     s = probe.sample()
     assert s["driver_rss_bytes"] > 0
@@ -366,8 +369,11 @@ class FakeStream:
 
 @pytest.fixture
 def fake_live(monkeypatch, tmp_path):
+    import psutil
+
     import lmstream_kit.live
 
+    monkeypatch.setattr(psutil.Process, "children", lambda self, recursive=False: [])  # pytest's own JVMs
     made = []
 
     def factory(interrupt_after=None):
