@@ -61,20 +61,27 @@ def _in_main_thread() -> bool:
 
 
 @contextlib.contextmanager
+def _handled(signums, handler) -> Iterator[None]:
+    """``handler`` for ``signums`` within the block (main thread only: elsewhere nothing changes)."""
+    if not _in_main_thread():
+        yield
+        return
+    old = {s: signal.signal(s, handler) for s in signums}
+    try:
+        yield
+    finally:
+        for s, before in old.items():
+            signal.signal(s, before)
+
+
+@contextlib.contextmanager
 def stop_signals() -> Iterator[None]:
     """Within the block, SIGTERM and SIGHUP raise :class:`StopSignal` in the main thread.
 
     Outside the main thread (where Python cannot set handlers) it does nothing.
     """
-    if not _in_main_thread():
+    with _handled(STOP_SIGNALS, _raise):
         yield
-        return
-    old = {s: signal.signal(s, _raise) for s in STOP_SIGNALS}
-    try:
-        yield
-    finally:
-        for s, handler in old.items():
-            signal.signal(s, handler)
 
 
 @contextlib.contextmanager
@@ -84,9 +91,6 @@ def deferred_stop(said: Callable[[str], None] | None = None) -> Iterator[None]:
     ``said(name)`` is called once when the first arrives, so the person who pressed Ctrl-C sees
     that it was heard.  A stop is raised as KeyboardInterrupt (Ctrl-C) or :class:`StopSignal`.
     """
-    if not _in_main_thread():
-        yield
-        return
     got: list[int] = []
 
     def hold(signum, _frame) -> None:
@@ -94,13 +98,8 @@ def deferred_stop(said: Callable[[str], None] | None = None) -> Iterator[None]:
             said(signal.Signals(signum).name)
         got.append(signum)
 
-    watched = (signal.SIGINT, *STOP_SIGNALS)
-    old = {s: signal.signal(s, hold) for s in watched}
-    try:
+    with _handled((signal.SIGINT, *STOP_SIGNALS), hold):
         yield
-    finally:
-        for s, handler in old.items():
-            signal.signal(s, handler)
     if got:
         if got[0] == signal.SIGINT:
             raise KeyboardInterrupt
