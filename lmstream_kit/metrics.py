@@ -24,10 +24,11 @@ import threading
 from pathlib import Path
 from typing import Any, Mapping, Optional, Sequence
 
+from .exceptions import ConfigError
 from .record import FIELD_DOCS, BatchRecord, summarize
 
 __all__ = ["batch_record", "load_metrics", "read_jsonl", "read_run_info", "remove_unused_run_dir", "summarize",
-           "write_run_info", "JsonlWriter", "METRICS_FILE", "PROGRESS_FILE", "RUN_FILE"]
+           "write_run_info", "CorruptLineError", "JsonlWriter", "METRICS_FILE", "PROGRESS_FILE", "RUN_FILE"]
 
 METRICS_FILE = "metrics.jsonl"
 PROGRESS_FILE = "spark_progress.jsonl"
@@ -73,7 +74,9 @@ class JsonlWriter:
     """Append JSON lines to a file, one flushed (and optionally fsynced) line per call.
 
     Thread-safe.  Each line is written with a single ``write`` so that a crash
-    leaves at most one partial trailing line, which the loaders skip.
+    leaves at most one partial trailing line, which the loaders skip.  A file that
+    ends in such a line is first given the newline it lacks, so that the next
+    record starts a line of its own instead of being glued to the partial one.
     """
 
     def __init__(self, path: os.PathLike | str, *, durable: bool = True) -> None:
@@ -82,6 +85,11 @@ class JsonlWriter:
         self.durable = durable
         self._lock = threading.Lock()
         self._fh = open(self.path, "a", encoding="utf-8")
+        if _ends_mid_line(self.path):  # a writer died mid-line: end that line
+            self._fh.write("\n")
+            self._fh.flush()
+            if self.durable:
+                os.fsync(self._fh.fileno())
 
     def append(self, record: Mapping[str, Any]) -> None:
         line = json.dumps({k: _jsonable(v) for k, v in record.items()}, default=str) + "\n"
@@ -98,20 +106,143 @@ class JsonlWriter:
             self._fh.close()
 
 
+class CorruptLineError(ConfigError):
+    """A line of a JSON-lines file that is neither a record nor what a writer killed mid-line leaves.
+
+    Its message is one line naming the file and the line number.
+    """
+
+
+def _ends_mid_line(path: Path) -> bool:
+    """Whether the file at ``path`` is non-empty and does not end with a newline."""
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(0, os.SEEK_END)
+            if fh.tell() == 0:
+                return False
+            fh.seek(-1, os.SEEK_END)
+            return fh.read(1) != b"\n"
+    except OSError:
+        return False
+
+
+_HEX = frozenset("0123456789abcdefABCDEF")
+#: what may complete the value a cut line ends in before its brackets are closed: nothing, a
+#: number's missing digits, a key's value, a key after a comma, the rest of a literal
+_LITERALS = ("true", "false", "null", "NaN", "Infinity")
+_COMPLETIONS = ("", "0", ":0", '"":0', *sorted({lit[k:] for lit in _LITERALS for k in range(1, len(lit))}))
+
+
+def _is_cut_record(text: str) -> bool:
+    """Whether ``text`` is the beginning of a JSON object cut short (what a writer killed mid-line
+    leaves), not a corrupt or complete one.
+
+    >>> line = json.dumps({"batch_id": 7, "x": -1.5e-07, "ok": True, "s": "a\\u00e9\\"b", "l": [1, {}]})
+    >>> all(_is_cut_record(line[:k]) for k in range(1, len(line)))
+    True
+    >>> [_is_cut_record(text) for text in (line, '{"a": 1,, "b": 2}', "hello", '{"a": 1]')]
+    [False, False, False, False]
+    """
+    text = text.strip().strip("\x00")
+    if not text.startswith("{"):
+        return False
+    closers: list[str] = []
+    in_string, escape, hex_left = False, False, 0
+    for ch in text:
+        if in_string:
+            if hex_left:
+                if ch not in _HEX:
+                    return False
+                hex_left -= 1
+            elif escape:
+                escape = False
+                hex_left = 4 if ch == "u" else 0
+            elif ch == "\\":
+                escape = True
+            elif ch == '"':
+                in_string = False
+        elif ch == '"':
+            in_string = True
+        elif ch in "{[":
+            closers.append("}" if ch == "{" else "]")
+        elif ch in "}]" and (not closers or closers.pop() != ch):
+            return False
+    if not closers:
+        return False  # the object is closed: it did not parse for another reason
+    head = text + (("n" if escape else "0" * hex_left) + '"' if in_string else "")
+    tail = "".join(reversed(closers))
+    for middle in _COMPLETIONS:
+        try:
+            json.loads(head + middle + tail)
+            return True
+        except ValueError:
+            continue
+    return False
+
+
+def _record_after_cut(text: str) -> tuple[int, Any]:
+    """``(column, record)`` of the record a line holds after a cut one that nothing ended (a writer
+    killed mid-line, then a writer that appended without ending the line first), or ``(-1, None)``."""
+    start = text.find('{"', 1)
+    while start > 0:
+        try:
+            record = json.loads(text[start:])
+        except ValueError:
+            record = None
+        if isinstance(record, dict) and _is_cut_record(text[:start]):
+            return start, record
+        start = text.find('{"', start + 1)
+    return -1, None
+
+
 def read_jsonl(path: os.PathLike | str) -> list[dict]:
-    """Records of a JSON-lines file; a partial or corrupt trailing line is skipped."""
+    """Records of a JSON-lines file, in order.
+
+    What a writer killed mid-line leaves is skipped: a cut last line (no newline), and a cut
+    line in the middle, which a later writer ended (or appended its own record to, which is
+    kept).  Blank lines are skipped.
+
+    Raises
+    ------
+    CorruptLineError
+        For a line in the middle that is neither a record nor a cut one (one line, naming the
+        file and the line number).
+    """
     path = Path(path)
     if not path.exists():
         return []
     out = []
-    with open(path, encoding="utf-8") as fh:
-        for line in fh:
-            if not line.endswith("\n"):
-                break  # written by a process that died mid-line
+    with open(path, "rb") as fh:
+        for number, raw in enumerate(fh, start=1):
+            last = not raw.endswith(b"\n")  # only the last line can lack its newline
             try:
-                out.append(json.loads(line))
-            except json.JSONDecodeError:
+                text, undecodable = raw.decode("utf-8"), None
+            except UnicodeDecodeError as exc:  # a multi-byte character cut in two, or not UTF-8 at all
+                text, undecodable = raw.decode("utf-8", errors="replace"), exc
+            if not text.strip().strip("\x00").strip():
                 continue
+            error: Any = undecodable
+            if undecodable is None:
+                try:
+                    out.append(json.loads(text))
+                    continue
+                except ValueError as exc:
+                    error = exc
+            if last:
+                continue  # a writer died mid-line
+            start, record = _record_after_cut(text)
+            if record is not None and (undecodable is None or "\ufffd" not in text[start:]):
+                out.append(record)  # after what a writer killed mid-line left
+                continue
+            if _is_cut_record(text):
+                continue  # a writer died mid-line, and the next one ended the line
+            if undecodable is not None:
+                why = f"not UTF-8 ({undecodable.reason} at byte {undecodable.start})"
+            else:
+                why = f"not a JSON record ({getattr(error, 'msg', error)}, column {getattr(error, 'colno', '?')})"
+            shown = text.strip()
+            shown = shown if len(shown) <= 60 else shown[:57] + "..."
+            raise CorruptLineError(f"{path}, line {number}: {why}: {shown!r}") from error
     return out
 
 
