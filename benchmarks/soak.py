@@ -465,8 +465,8 @@ def take_sample(stream: Any, probe: ProcessProbe, buffer: Any, counter: BatchCou
     if spool is not None:
         sample["spool_kept_bytes"] = spool.kept_bytes  # the spool's own accounting, next to the walk's
         sample["spool_first_seq"] = spool.first_seq
-        sample["spool_index"] = len(getattr(spool, "_infos", ()))
-        sample["backlog_datasets"] = sample["spool_index"] - int(stream.loop.book.completed_end)
+        sample["spool_index"] = len(getattr(spool, "_infos", ()))  # entries in memory (retention trims them)
+        sample["backlog_datasets"] = spool.end_seq - int(stream.loop.book.completed_end)
     sample["loop_records"] = len(stream.loop._records)  # len of the run loop's list, no copy
     with buffer.lock:  # as the dashboard's redraw does: merge what was pushed, then count
         buffer.merge_locked()

@@ -343,7 +343,7 @@ class FakeStream:
     def start(self):
         (self.run_dir / "spool").mkdir(parents=True)
         self.spool = NS(root=str(self.run_dir / "spool"), uri=str(self.run_dir / "spool"), kept_bytes=0,
-                        first_seq=0, _infos=[])
+                        first_seq=0, _infos=[], end_seq=0)
         return self
 
     def check_health(self):
@@ -355,6 +355,7 @@ class FakeStream:
         self.loop._records.append(record)
         self.loop.book.completed_end = n + 1
         self.spool._infos.append(n)
+        self.spool.end_seq = n + 1
         (self.run_dir / "spool" / f"{n}.arrow").write_bytes(b"x" * 1000)
         self.spool.kept_bytes += 1000
         for cb in self.callbacks:
