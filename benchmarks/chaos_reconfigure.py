@@ -56,6 +56,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks.chaos_checks import span_problems
 from lmstream_kit.bench.outputs import write_run_results  # noqa: E402
 
 KIT = [sys.executable, "-m", "lmstream_kit"]
@@ -175,34 +176,6 @@ def journal_problems(run: Path) -> list[str]:
 
 def rows(table) -> Counter:
     return Counter(zip(*(table.column(c).to_pylist() for c in table.column_names)))
-
-
-def span_problems(run: Path) -> list[str]:
-    """Whether every spooled dataset went into exactly one batch: the data batches' spans (the last
-    record of each batch id: a batch replayed after a kill has the same id and span) tile the spool."""
-    from lmstream_kit.feed.spool import Spool
-
-    last: dict[int, dict] = {}
-    problems = []
-    for line in (run / "metrics.jsonl").read_text().splitlines():
-        if not line.strip():
-            continue
-        r = json.loads(line)
-        b = int(r["batch_id"])
-        if b in last and last[b].get("rows") and r.get("rows") and \
-                (last[b]["start_seq"], last[b]["end_seq"]) != (r["start_seq"], r["end_seq"]):
-            problems.append(f"batch {b} ran twice with different spans")
-        last[b] = r
-    data = sorted((r for r in last.values() if r.get("rows")), key=lambda r: r["batch_id"])
-    gaps = [(a["batch_id"], b["batch_id"]) for a, b in zip(data, data[1:]) if a["end_seq"] != b["start_seq"]]
-    problems += [f"batches {a} and {b} do not meet: datasets lost or read twice" for a, b in gaps]
-    spool = Spool(run / "spool", create=False)
-    if data and (data[0]["start_seq"] != 0 or data[-1]["end_seq"] != spool.end_seq):
-        problems.append(f"the batches cover datasets {data[0]['start_seq']}..{data[-1]['end_seq']}, the spool "
-                        f"0..{spool.end_seq}")
-    if sum(int(r["rows"]) for r in data) != spool.total_rows():
-        problems.append(f"the batches hold {sum(int(r['rows']) for r in data)} rows, the spool {spool.total_rows()}")
-    return problems
 
 
 def row_problems(run: Path) -> tuple[list[str], int]:
