@@ -22,7 +22,7 @@ case "$line" in
                tests/test_stream_spark.py tests/test_plan_spark.py tests/test_workload_correctness.py
                tests/test_devices_spark.py tests/test_ingest_spark.py tests/test_cluster.py tests/test_own_query.py
                tests/test_session_logging.py tests/test_swap_spark.py tests/test_chaos_reconfigure.py
-               tests/test_flumina_spark.py tests/test_flumina_workload.py
+               tests/test_flumina_spark.py tests/test_flumina_workload.py tests/test_signals_spark.py
                tests/test_cli.py::test_reconfigure_changes_a_running_stream_from_another_process
                -m "(spark or cluster) and not slow and not timing") ;;
   *) echo "error: unknown Spark line '$line' (use 4.1 or 4.3)" >&2; exit 2 ;;
