@@ -237,7 +237,9 @@ def run(workload, traffic, rate, spread, policy, trigger_s, slide_s, tumbling, t
 
     import logging
 
-    logging.getLogger("py4j").setLevel(logging.CRITICAL)  # a dead JVM is one line (check_health), not 100
+    # a dead JVM is one line (check_health), not 100: py4j logs each failed call, some through the root logger
+    logging.getLogger("py4j").setLevel(logging.CRITICAL)
+    logging.getLogger().addFilter(lambda record: not record.getMessage().startswith("Exception while sending command"))
     stopped = None  # a stop (Ctrl-C, SIGTERM, SIGHUP) during start-up is held until Spark is up
     try:
         with deferred_stop(lambda name: click.echo(f"{name}: stopping once Spark has started ...")):
