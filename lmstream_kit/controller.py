@@ -389,6 +389,7 @@ class AdmissionController(BatchController):
         self._state: dict[str, float] = {}  # state rows, bytes and removals from Spark's last progress
         self._last_eviction: float | None = None  # when a progress last reported state rows removed
         self._heap = HeapForecast()  # whether a batch will stop for the driver's collector (progress' heap)
+        self._batch_rows: dict[int, float] = {}  # rows of the latest batches, by batch id, for the heap forecast
         self._changes: deque[ParamChange] = deque(maxlen=CHANGES_KEPT)  # the newest; older ones are in the records
         self._n_changes = 0  # changes applied so far (the next one's seq - 1)
         self._n_reported = 0  # the seq of the last change pop_changes returned
@@ -555,7 +556,8 @@ class AdmissionController(BatchController):
         state = {k: float(progress[k]) for k in ("state_rows", "state_bytes", "state_rows_removed")
                  if isinstance(progress.get(k), (int, float)) and math.isfinite(progress[k]) and progress[k] >= 0}
         with self._lock:
-            self._heap.observe(progress)
+            batch = progress.get("batch_id")
+            self._heap.observe(progress, rows=self._batch_rows.get(batch) if batch is not None else None)
             self._state = state
             if state.get("state_rows_removed", 0.0) > 0:
                 self._last_eviction = time.time()
@@ -793,6 +795,11 @@ class AdmissionController(BatchController):
         self.observe(BatchObservation(rows=record.rows, nbytes=record.bytes, processing_s=record.processing_s,
                                       max_latency_s=record.max_latency_s, features=features))
         with self._lock:
+            # the heap forecast learns per admitted row (Spark's progress comes after the record)
+            if getattr(record, "batch_id", None) is not None:
+                self._batch_rows[int(record.batch_id)] = float(record.rows)
+            while len(self._batch_rows) > 64:
+                self._batch_rows.pop(next(iter(self._batch_rows)))
             if record.decision_reason == "catch-up":
                 if self._catch_up_since is None:
                     self._catch_up_since = record.admitted_at

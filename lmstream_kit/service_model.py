@@ -489,14 +489,19 @@ class HeapForecast:
         self._promoted: deque[float] = deque(maxlen=history)  # old-generation bytes a row leaves
         self._last: dict[str, float] | None = None
 
-    def observe(self, progress: Mapping[str, Any]) -> None:
-        """Spark's progress of a batch (with the heap after it); one without the heap's fields is skipped."""
+    def observe(self, progress: Mapping[str, Any], rows: float | None = None) -> None:
+        """Spark's progress of a batch (with the heap after it); one without the heap's fields is skipped.
+
+        ``rows``: the batch's rows as :meth:`features` will be asked about them (the spool rows the
+        batch admitted).  Spark's ``numInputRows`` counts a source once per read (twice in a
+        self-join), so it is only the fallback.
+        """
         now = {k: float(progress[k]) for k in (*self._NEEDS, "jvm_gc_count", "jvm_full_gc_count", "numInputRows")
                if isinstance(progress.get(k), numbers.Real) and math.isfinite(progress[k])}
         if not all(k in now for k in self._NEEDS):
             return
         last, self._last = self._last, now
-        rows = now.get("numInputRows", 0.0)
+        rows = float(rows) if rows is not None else now.get("numInputRows", 0.0)
         if last is None or "jvm_gc_count" not in now or rows <= 0:
             return
         collections, full = now["jvm_gc_count"], now.get("jvm_full_gc_count", 0.0)

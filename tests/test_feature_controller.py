@@ -102,3 +102,22 @@ def test_a_batch_that_would_start_a_full_collection_is_predicted_slower():
     expected = 0.5 + 0.1 + 0.6 * (old + 25 > 300)
     assert d.predicted_s == pytest.approx(expected, abs=0.05)
     assert c.model.predict(50_000) == pytest.approx(0.5 + 0.05 + 0.6 * 0.1, abs=0.1)  # bytes alone: the mean
+
+
+def test_the_heap_forecast_counts_the_rows_the_batch_admitted_not_sparks_input_rows():
+    """On LR1S Spark's numInputRows is twice the admitted rows (the self-join reads the source twice)."""
+    mb = 2**20
+    c = AdmissionController(slide_s=2.5, service_model="features", prior_processing_s=0.5)
+
+    def progress(batch_id, eden):
+        return {"batch_id": batch_id, "numInputRows": 2000, "eden_used_bytes": eden * mb,
+                "eden_committed_bytes": 100 * mb, "old_used_bytes": 10 * mb, "old_committed_bytes": 300 * mb,
+                "jvm_gc_count": 0, "jvm_full_gc_count": 0}
+
+    for batch_id, eden in ((1, 10), (2, 40)):  # 30 MB of eden for a batch of 1,000 admitted rows
+        c.after_batch(NS(batch_id=batch_id, rows=1000, bytes=100_000, processing_s=0.5, max_latency_s=2.0,
+                         decision_reason="admit", admitted_at=0.0, completed_at=0.5, extra={}))
+        c.on_progress(progress(batch_id, eden))
+    # 30 KB per admitted row: 2,100 rows (63 MB) overflow the 60 MB left; per Spark row (15 KB) they would not
+    assert c._heap.features(2100)["young_gc_due"] == 1.0 and c._heap.features(1900)["young_gc_due"] == 0.0
+    c.close()

@@ -314,3 +314,24 @@ def test_a_window_where_nothing_varies_predicts_its_mean():
     model = fitted(trace)
     assert model.predict({"bytes": 1000, "partitions": 4}) == pytest.approx(0.6, rel=1e-9)
     assert model.snapshot()["dropped"] == list(FEATURES)
+
+
+def test_the_heap_forecast_learns_per_admitted_row_not_per_spark_input_row():
+    """A self-join reads its source twice: Spark's numInputRows is twice the rows the controller admits."""
+    from lmstream_kit.service_model import HeapForecast
+
+    mb = 2**20
+
+    def progress(eden, old, young=0):
+        return {"numInputRows": 6000, "eden_used_bytes": eden * mb, "eden_committed_bytes": 100 * mb,
+                "old_used_bytes": old * mb, "old_committed_bytes": 500 * mb, "jvm_gc_count": young,
+                "jvm_full_gc_count": 0}
+
+    by_spark, by_rows = HeapForecast(), HeapForecast()
+    for h, rows in ((by_spark, None), (by_rows, 3000)):
+        h.observe(progress(10, 300), rows=rows)
+        h.observe(progress(40, 330), rows=rows)  # 30 MB of eden and 30 MB promoted for the batch
+    # 10 KB of eden per admitted row: 7,000 rows fill the 60 MB left (learned per Spark row: 5 KB, 35 MB)
+    assert by_rows.features(3000) == {"young_gc_due": 0.0, "full_gc_due": 0.0}
+    assert by_rows.features(7000) == {"young_gc_due": 1.0, "full_gc_due": 0.0}
+    assert by_spark.features(7000) == {"young_gc_due": 0.0, "full_gc_due": 0.0}
