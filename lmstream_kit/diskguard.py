@@ -82,6 +82,7 @@ class DiskGuard(BatchController):
 
     prefix = "disk"
     change_phase = BATCH
+    drawn = False  # housekeeping, not tuning: set_param changes it
     PARAMS = (Param("min_free_bytes", int, low=0, unit="bytes", label="min. free disk",
                     doc="admission waits while a filesystem the stream writes to has less free space"),)
     FIELDS = {"disk_free_bytes": "the least free space among the filesystems the stream writes to, "
@@ -102,10 +103,6 @@ class DiskGuard(BatchController):
         #: how often admission was held (a hold that lasts counts once), and the last reason
         self.holds = 0
         self.last_reason: str | None = None
-
-    def controls(self) -> list:
-        """None: housekeeping, not tuning (``set_param`` changes it)."""
-        return []
 
     def plugged(self, host: Any) -> None:
         self._host = host

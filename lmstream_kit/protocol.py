@@ -267,6 +267,8 @@ class Tunable:
     PARAMS: ClassVar[tuple[Param, ...]] = ()
     #: when this object's changes are in force (ADMISSION or BATCH)
     change_phase: ClassVar[str] = ADMISSION
+    #: whether views draw its parameters (False: housekeeping, changed with set_param or reconfigure)
+    drawn: ClassVar[bool] = True
 
     def __init__(self) -> None:
         self._changelog: ChangeLog | None = None
@@ -330,7 +332,9 @@ class Tunable:
         return None
 
     def controls(self) -> list[Control]:
-        """The declared parameters as controls a view can draw."""
+        """The declared parameters as controls a view can draw (none where the class is not ``drawn``)."""
+        if not self.drawn:
+            return []
         return [
             Control(self.qualified(p.name), p, self.param_value(p.name),
                     lambda v, n=p.name: self.set_param(n, v), self.disabled_reason(p.name), self.prefix)

@@ -199,6 +199,7 @@ class SpoolRetention(BatchController):
 
     prefix = "retention"
     change_phase = BATCH
+    drawn = False  # housekeeping, not tuning: set_param and reconfigure change it
     PARAMS = (
         Param("max_age_s", float, low=0, nullable=True, label="keep for (s)",
               doc="committed spool data older than this is deleted (None: no age limit)"),
@@ -244,11 +245,6 @@ class SpoolRetention(BatchController):
         self.error: str | None = None  # the last sweep's failure (the stream goes on), or None
 
     # ------------------------------------------------------------- live parameters
-    def controls(self) -> list:
-        """None: housekeeping, not tuning; the dashboard does not draw it (``set_param`` and
-        ``lmstream-kit reconfigure`` change it)."""
-        return []
-
     def _apply_keep_batches(self, value: int) -> None:
         old = self.keep_batches
         with self._lock:

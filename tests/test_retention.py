@@ -305,3 +305,12 @@ def test_a_fresh_query_starts_at_the_spools_first_kept_dataset():
     book = AdmissionBook()
     book.resume(resume=12, committed=10, start=7)  # a checkpoint decides where it resumes
     assert (book.admitted_end, book.completed_end) == (12, 10)
+
+
+def test_housekeeping_is_not_drawn_by_views_but_stays_settable():
+    from lmstream_kit.diskguard import DiskGuard
+
+    for obj, name, value in ((SpoolRetention(), "keep_batches", 5), (DiskGuard(), "min_free_bytes", 10)):
+        assert obj.controls() == []
+        obj.set_param(name, value)
+        assert getattr(obj, name) == value
