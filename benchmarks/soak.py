@@ -18,7 +18,14 @@ Every ``--every`` seconds it samples, and appends to ``samples.jsonl`` as it goe
 * the spool's and the run directory's size on disk (every file's ``st_size``) and file count;
 * the records held in memory: the run loop's list, the RecordBuffer's records, the inflection
   optimizer's history and the spool's in-memory index;
-* the batches and rows processed so far, and the backlog (spool datasets not yet processed).
+* the batches and rows processed so far, and the backlog (spool datasets not yet processed);
+* the driver's Python heap: the blocks its allocator holds (:func:`sys.getallocatedblocks`), the objects
+  the garbage collector tracks, and with ``--tracemalloc FRAMES`` the bytes :mod:`tracemalloc` traces.
+
+``--tracemalloc FRAMES`` (a diagnosis, slower) also snapshots the traced allocations at the warm-up's end
+and at the end, and writes ``tracemalloc.txt``: what grew in between, grouped by the allocating line and
+by its call stack.  ``--records-kept N`` caps the in-memory histories at ``N`` instead of their defaults
+(1,000), so that a short diagnosis reaches the caps within its warm-up.
 
 Processes: the JVM is the pid the JVM itself reports through py4j, checked against the local
 process table (:func:`lmstream_kit.engine.procs.driver_jvm_pid`), else this process's ``java``
@@ -41,6 +48,7 @@ and ``metrics.jsonl``.  Every number is **measured** on the machine named there.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import math
 import os
@@ -51,6 +59,7 @@ import sys
 import tempfile
 import threading
 import time
+import tracemalloc
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -76,12 +85,18 @@ QUANTITIES: dict[str, str] = {
     "jvm_fds": "files",
     "jvm_threads": "threads",
     "spool_bytes": "bytes",
+    "spool_data_bytes": "bytes",
+    "spool_index_bytes": "bytes",
+    "metrics_bytes": "bytes",
     "spool_files": "files",
     "run_dir_bytes": "bytes",
     "run_dir_files": "files",
     "loop_records": "records",
     "buffer_records": "records",
     "optimizer_history": "samples",
+    "py_blocks": "blocks",
+    "gc_objects": "objects",
+    "traced_bytes": "bytes",
     "spool_index": "datasets",
     "backlog_datasets": "datasets",
     "batches": "batches",
@@ -219,7 +234,10 @@ def summarize(samples: Sequence[Mapping[str, Any]], *, warmup_s: float, goal_pct
     quantities = {k: analyze(samples, k, warmup_s=warmup_s) for k in keys}
     memory = {k: verdict((quantities.get(k) or analyze(samples, k, warmup_s=warmup_s))["growth_pct_per_hour"],
                          goal_pct) for k in MEMORY_KEYS}
-    spool = last_half(samples, "spool_bytes", goal_pct=goal_pct)
+    # the spool's data files are what retention bounds; its index (one line per dataset) is a journal
+    spool_key = "spool_data_bytes" if any(_value(s, "spool_data_bytes") is not None for s in samples) \
+        else "spool_bytes"  # results sampled before the index was told apart
+    spool = {**last_half(samples, spool_key, goal_pct=goal_pct), "key": spool_key}
     verdicts = [*memory.values(), {"BOUNDED": "PASS", "GROWING": "FAIL"}.get(spool["verdict"], "n/a")]
     overall = "FAIL" if "FAIL" in verdicts else ("n/a" if "n/a" in verdicts else "PASS")
     times = [t for t in (_value(s, "t_s") for s in samples) if t is not None]
@@ -232,8 +250,28 @@ def summarize(samples: Sequence[Mapping[str, Any]], *, warmup_s: float, goal_pct
         "quantities": quantities,
         "memory": memory,
         "spool": spool,
+        "journals": {k: per_batch(samples, k, warmup_s=warmup_s) for k in JOURNAL_KEYS},
         "verdict": overall,
     }
+
+
+#: the append-only files that grow with every dataset or batch (retention does not shorten them)
+JOURNAL_KEYS: tuple[str, ...] = ("spool_index_bytes", "metrics_bytes")
+
+
+def per_batch(samples: Sequence[Mapping[str, Any]], key: str, *, warmup_s: float) -> dict:
+    """How ``key`` grows per batch after the warm-up: its slope over the batches' slope (bytes per batch),
+    and per day at the run's batch rate; Nones where it was not sampled.
+
+    >>> s = [{"t_s": 3600 * h, "batches": 100 * h, "x": 500 * h} for h in range(3)]
+    >>> {k: round(v, 6) for k, v in per_batch(s, "x", warmup_s=0).items()}
+    {'per_batch': 5.0, 'per_day': 12000.0}
+    """
+    slope, _ = fit_slope(*series(samples, key, start_s=warmup_s))
+    batches, _ = fit_slope(*series(samples, "batches", start_s=warmup_s))
+    if slope is None or not batches:
+        return {"per_batch": None, "per_day": None}
+    return {"per_batch": slope / batches, "per_day": slope * 24}
 
 
 def _fmt(value: float | None, unit: str, *, signed: bool = False) -> str:
@@ -279,7 +317,7 @@ def summary_markdown(summary: Mapping[str, Any], settings: Mapping[str, Any] | N
     sp = summary["spool"]
     lines.append("")
     if sp["from_s"] is not None and sp["growth_pct_per_hour"] is not None:
-        lines.append(f"Spool over the last half of the run (from {sp['from_s'] / 60:.1f} min, {sp['n']} samples): "
+        lines.append(f"Spool ({sp.get('key', 'spool_bytes')}) over the last half of the run (from {sp['from_s'] / 60:.1f} min, {sp['n']} samples): "
                      f"mean {_fmt(sp['mean'], 'bytes')}, max {_fmt(sp['max'], 'bytes')}, slope "
                      f"{_fmt(sp['slope_per_hour'], 'bytes', signed=True)} per hour = "
                      f"{sp['growth_pct_per_hour']:+.2f}"
@@ -287,6 +325,13 @@ def summary_markdown(summary: Mapping[str, Any], settings: Mapping[str, Any] | N
                      + f" % of its mean per hour: **{sp['verdict']}**.")
     else:
         lines.append(f"Spool over the last half of the run: {sp['verdict']} (too few samples).")
+    journals = summary.get("journals") or {}
+    grown = {k: j for k, j in journals.items() if j.get("per_batch") is not None}
+    if grown:
+        lines.append("")
+        lines.append("Journals (append-only; retention does not shorten them): " + "; ".join(
+            f"{k} {j['per_batch']:,.0f} bytes a batch ({_fmt(j['per_day'], 'bytes')} a day at this run's batch rate)"
+            for k, j in grown.items()) + ".")
     lines.append("")
     mem = ", ".join(f"{k} {v}" for k, v in summary["memory"].items())
     lines.append(f"Memory: {mem}.")
@@ -335,6 +380,14 @@ def dir_usage(path: str | os.PathLike) -> tuple[int, int]:
             except (FileNotFoundError, PermissionError):
                 continue
     return total, files
+
+
+def file_size(path: str | os.PathLike) -> int:
+    """``path``'s size in bytes, 0 where it does not exist."""
+    try:
+        return os.stat(path).st_size
+    except FileNotFoundError:
+        return 0
 
 
 #: what a Python worker's command line says it is
@@ -459,8 +512,11 @@ def take_sample(stream: Any, probe: ProcessProbe, buffer: Any, counter: BatchCou
     sample.update(probe.sample())
     if spool_dir is not None:
         sample["spool_bytes"], sample["spool_files"] = dir_usage(spool_dir)
+        sample["spool_index_bytes"] = file_size(spool_dir / "index.jsonl")
+        sample["spool_data_bytes"] = sample["spool_bytes"] - sample["spool_index_bytes"]
     run_bytes, run_files = dir_usage(stream.run_dir)
-    sample.update(run_dir_bytes=run_bytes, run_dir_files=run_files)
+    sample.update(run_dir_bytes=run_bytes, run_dir_files=run_files,
+                  metrics_bytes=file_size(Path(stream.run_dir) / "metrics.jsonl"))
     spool = stream.spool
     if spool is not None:
         sample["spool_kept_bytes"] = spool.kept_bytes  # the spool's own accounting, next to the walk's
@@ -477,7 +533,32 @@ def take_sample(stream: Any, probe: ProcessProbe, buffer: Any, counter: BatchCou
         sample["optimizer_history"] = len(history) if history is not None else len(optimizer.history)
     with counter.lock:
         sample.update(batches=counter.batches, data_batches=counter.data_batches, rows=counter.rows)
+    sample["py_blocks"] = sys.getallocatedblocks()
+    sample["gc_objects"] = len(gc.get_objects())
+    if tracemalloc.is_tracing():
+        sample["traced_bytes"] = tracemalloc.get_traced_memory()[0]
     return sample
+
+
+def growth_report(before: "tracemalloc.Snapshot", after: "tracemalloc.Snapshot", *, top: int = 25) -> str:
+    """tracemalloc.txt: what the traced allocations grew by between two snapshots, by line and by stack."""
+    ignore = [tracemalloc.Filter(False, tracemalloc.__file__), tracemalloc.Filter(False, "<frozen importlib._bootstrap>")]
+    before, after = before.filter_traces(ignore), after.filter_traces(ignore)
+    lines = []
+    for key_type in ("lineno", "traceback"):
+        stats = after.compare_to(before, key_type)
+        total = sum(s.size_diff for s in stats)
+        lines += [f"## grouped by {key_type}: {total / 1024:+.1f} KiB in all, {sum(s.count_diff for s in stats):+d} blocks",
+                  ""]
+        for stat in sorted(stats, key=lambda s: s.size_diff, reverse=True)[:top]:
+            if stat.size_diff <= 0:
+                break
+            lines.append(f"{stat.size_diff / 1024:+9.1f} KiB {stat.count_diff:+7d} blocks "
+                         f"(now {stat.size / 1024:.1f} KiB in {stat.count})")
+            frames = stat.traceback.format(limit=None if key_type == "traceback" else 1, most_recent_first=True)
+            lines += ["    " + f.strip() for f in frames if f.strip()]
+        lines.append("")
+    return "\n".join(lines) + "\n"
 
 
 def _mib(v: float | None) -> str:
@@ -537,6 +618,12 @@ def run(args) -> int:
     run_dir = Path(tempfile.mkdtemp(prefix="soak-")) / "run" if own_run_dir else Path(args.run_dir)
     settings = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
     settings["run_dir"] = str(run_dir)
+    if args.records_kept is not None:  # before the stream is made: the deques read their caps when built
+        from lmstream_kit import controller, runloop
+
+        runloop.RECORDS_KEPT = controller.CHANGES_KEPT = int(args.records_kept)
+    if args.tracemalloc:
+        tracemalloc.start(int(args.tracemalloc))
     machine = machine_facts()
     (out_dir / "settings.json").write_text(json.dumps(_jsonable({"settings": settings, "machine": machine,
                                                                  "when": time.strftime("%Y-%m-%d %H:%M:%S %Z")}),
@@ -544,7 +631,7 @@ def run(args) -> int:
     stream = LiveStream(args.workload, policy=args.policy, traffic="constant", rate=args.rate, speedup=args.speedup,
                         seed=args.seed, duration_s=None, run_dir=run_dir, master=args.master, output=args.output,
                         spark_conf={"spark.driver.memory": args.driver_memory}, retention=args.retention)
-    buffer = RecordBuffer()
+    buffer = RecordBuffer() if args.records_kept is None else RecordBuffer(kept=int(args.records_kept))
     counter = BatchCounter()
     stream.on_batch(counter)
     attach_live(stream, buffer)
@@ -565,16 +652,23 @@ def run(args) -> int:
             spool_dir = Path(stream.spool.root) if "://" not in stream.spool.uri or \
                 stream.spool.uri.startswith("file://") else None
             extra["jvm_found_by"] = None
+            snapshots: dict[str, Any] = {}
             with open(out_dir / "samples.jsonl", "a", encoding="utf-8") as fh:
                 k = 0
                 while True:
                     sample = take_sample(stream, probe, buffer, counter, t0, spool_dir)
+                    if tracemalloc.is_tracing() and "warmup" not in snapshots and \
+                            sample["t_s"] >= args.warmup_minutes * 60:
+                        snapshots["warmup"] = tracemalloc.take_snapshot()
                     extra["jvm_found_by"] = probe.jvm_found_by
                     samples.append(sample)
                     fh.write(json.dumps(_jsonable(sample)) + "\n")
                     fh.flush()
                     print(status_line(sample, total_s), flush=True)
                     if sample["t_s"] >= total_s - 1e-6:
+                        if "warmup" in snapshots:
+                            (out_dir / "tracemalloc.txt").write_text(
+                                growth_report(snapshots["warmup"], tracemalloc.take_snapshot()))
                         break
                     k += 1
                     next_at = min(k * args.every, total_s)
@@ -602,6 +696,8 @@ def run(args) -> int:
             extra["retention"] = None if retention is None else \
                 {p.name: getattr(retention, p.name, None) for p in getattr(retention, "PARAMS", ())}
     finally:
+        if args.tracemalloc:
+            tracemalloc.stop()
         full = write_summary(out_dir, samples, settings, machine, {"notes": notes, **extra})
         for name in ("run.json", "metrics.jsonl"):
             if (run_dir / name).exists():
@@ -639,6 +735,12 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--driver-memory", default="2g", help="the local session's heap (spark.driver.memory)")
     ap.add_argument("--master", default="local[2]")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--tracemalloc", type=int, default=0, metavar="FRAMES",
+                    help="trace the driver's Python allocations with this many frames and write what grew after "
+                         "the warm-up to tracemalloc.txt (a diagnosis: slower; 0, the default, is off)")
+    ap.add_argument("--records-kept", type=int, default=None, metavar="N",
+                    help="cap the in-memory histories (records, dashboard buffer, controller changes) at N "
+                         "instead of 1000, so that a short run reaches the caps within its warm-up")
     ap.add_argument("--run-dir", type=Path, default=None,
                     help="the stream's run directory (default: a temporary one, removed at the end)")
     ap.add_argument("--keep-run-dir", action="store_true", help="keep the temporary run directory")

@@ -364,6 +364,85 @@ def check_backlogs_and_windows(nb, run_dir: Path, summary: dict) -> None:
     assert "Processing time and the driver's garbage collection per batch" in titles, titles
 
 
+def _soak_module():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("soak_benchmark", ROOT / "benchmarks" / "soak.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def check_running_for_days(nb, run_dir: Path, summary: dict) -> None:
+    from lmstream_kit.metrics import read_jsonl
+
+    records = sorted(metrics_of(run_dir)["."], key=lambda r: r["batch_id"])
+    kept = [r for r in records if r.get("spool_first_seq") is not None]
+    assert len(kept) == len(records), "a record without retention's fields"
+    firsts = [r["spool_first_seq"] for r in kept]
+    # retention deleted committed data during the run: the first dataset kept moved on, never back
+    status = summary["retention_status"]
+    assert status["released_datasets"] > 0 and status["released_bytes"] > 0 and status["error"] is None, status
+    assert firsts[0] == 0 and firsts[-1] > 0 and firsts == sorted(firsts), firsts
+    # and never what a restart could read again: the data of the keep_batches batches behind is there
+    k = summary["keep_batches"]
+    starts = []
+    for r in kept:
+        if r.get("start_seq") is not None:
+            starts.append(r["start_seq"])
+        assert r["spool_first_seq"] <= (starts[-1 - k] if len(starts) > k else 0), (r["batch_id"], starts)
+    # the slider's change: recorded once, with the batch id the notebook reports, and not before
+    change = summary["change"]["batch_id"]
+    hits = [(r["batch_id"], c) for r in records for c in r.get("changes") or [] if c["param"] == "retention.max_age_s"]
+    assert [b for b, _ in hits] == [change], hits
+    assert (hits[0][1]["old"], hits[0][1]["value"]) == (0.0, summary["change"]["value"]), hits
+    assert summary["changelog"] == [[change, "retention.max_age_s", summary["change"]["value"]]]
+    # and it took effect: before it, retention deleted; from the batch after it (the sweep of the batch
+    # before may still have read the old age) nothing more, so the spool grew again
+    before = [r["spool_first_seq"] for r in kept if r["batch_id"] < change]
+    after = [r for r in kept if r["batch_id"] > change]
+    assert before and before[-1] > 0, before
+    assert len(after) >= 3 and len({r["spool_first_seq"] for r in after}) == 1, [r["spool_first_seq"] for r in after]
+    assert after[-1]["spool_bytes"] > after[0]["spool_bytes"], [r["spool_bytes"] for r in after]
+    # the disk guard: room before and after; while the disk looked full, no batch was admitted
+    disk = summary["disk"]
+    assert disk["waiting_before"] is None and disk["waiting_after"] is None, disk
+    assert disk["held_reason"].startswith("disk full: ") and "nothing is lost" in disk["held_reason"], disk
+    assert disk["held_until"] - disk["held_from"] >= 2 * summary["bound_s"], disk
+    assert not [r["batch_id"] for r in records if disk["held_from"] <= r["admitted_at"] <= disk["held_until"]]
+    assert data_records([r for r in records if r["admitted_at"] > disk["held_until"]]), "no batch after the hold"
+    # exactly once: every row generated reached the spool's index and was processed once, by spans that
+    # tile the spool from dataset 0, though retention deleted most of its data
+    info = json.loads((run_dir / "run.json").read_text())
+    once = summary["exactly_once"]
+    index_rows = sum(line["rows"] for line in read_jsonl(run_dir / "spool" / "index.jsonl") if "rows" in line)
+    data = data_records(records)
+    assert once["generated_rows"] == index_rows == info["feed_rows"] == info["rows_processed"] == sum(
+        r["rows"] for r in data) > 0, (once, info)
+    spans = [(r["start_seq"], r["end_seq"]) for r in data]
+    assert spans[0][0] == 0 and all(a[1] == b[0] for a, b in itertools.pairwise(spans)), spans
+    assert spans[-1][1] == info["feed_datasets"] == info["processed_through_seq"], (spans[-1], info)
+    assert once["spans_tile"] and "nothing lost, nothing twice: True" in text_of(nb)
+    files = len(list((run_dir / "spool" / "data").glob("*.arrow")))
+    assert 0 < once["first_kept"] and files == info["feed_datasets"] - once["first_kept"], (files, once)
+    # the soak: the newest stored result, its growth as soak.py's own summarize gives it, said where measured
+    results = ROOT / "benchmarks" / "results"
+    newest = max(results.glob("soak-*/samples.jsonl")).parent
+    soak = summary["soak"]
+    assert soak["dir"] == newest.name, (soak["dir"], newest.name)
+    settings = json.loads((newest / "settings.json").read_text())
+    module = _soak_module()
+    want = module.summarize(read_jsonl(newest / "samples.jsonl"), warmup_s=settings["settings"]["warmup_minutes"] * 60)
+    for key in module.MEMORY_KEYS:
+        assert soak["growth_pct_per_hour"][key] == pytest.approx(want["quantities"][key]["growth_pct_per_hour"]), key
+        assert soak["memory"][key] == want["memory"][key], key
+    assert soak["host"] == settings["machine"]["host"] and f"measured on {soak['host']} (" in text_of(nb)
+    titles = [str(out["data"].get(PLOTLY_MIME, {}).get("layout", {}).get("title", {}).get("text", ""))
+              for out in plotly_outputs(nb)]
+    assert "Spool retention per micro-batch" in titles, titles
+    assert any(t.startswith(f"Soak on {soak['host']}: memory and spool over time (measured") for t in titles), titles
+
+
 CHECKS = {
     "00_quickstart": check_quickstart,
     "01_dynamic_batching": check_dynamic_batching,
@@ -377,6 +456,7 @@ CHECKS = {
     "09_live_reconfiguration": check_live_reconfiguration,
     "10_kafka": check_kafka,
     "11_backlogs_and_windows": check_backlogs_and_windows,
+    "12_running_for_days": check_running_for_days,
     "lab_01_latency_bounds": check_lab,
 }
 

@@ -454,3 +454,43 @@ def test_importing_the_script_starts_nothing():
                          check=True)
     assert out.stdout.split() == ["False", "False", "False"]
     assert not math.isnan(soak.GOAL_PCT_PER_HOUR)
+
+
+def test_the_spool_verdict_is_on_its_data_and_the_journals_are_reported_per_batch():
+    """The spool's index grows a line per dataset forever: the verdict is on the data files, and the
+    journals (index, metrics.jsonl) are reported in bytes per batch and per day."""
+    samples = make_samples(batches=lambda t: t, spool_index_bytes=lambda t: 100.0 * t,
+                           spool_data_bytes=lambda t: 10 * MIB, metrics_bytes=lambda t: 3700.0 * t,
+                           spool_bytes=lambda t: 10 * MIB + 100.0 * t)
+    summary = soak.summarize(samples, warmup_s=WARMUP_S)
+    assert summary["spool"]["key"] == "spool_data_bytes" and summary["spool"]["verdict"] == "BOUNDED"
+    assert summary["journals"]["spool_index_bytes"]["per_batch"] == pytest.approx(100.0)
+    assert summary["journals"]["metrics_bytes"]["per_batch"] == pytest.approx(3700.0)
+    assert summary["journals"]["metrics_bytes"]["per_day"] == pytest.approx(3700.0 * 86400)
+    text = soak.summary_markdown(summary)
+    assert "metrics_bytes 3,700 bytes a batch" in text and "Spool (spool_data_bytes)" in text
+    # results sampled before the index was told apart: the verdict stays on the whole spool
+    old = [{k: v for k, v in s.items() if k not in ("spool_data_bytes", "spool_index_bytes")} for s in samples]
+    summary = soak.summarize(old, warmup_s=WARMUP_S)
+    assert summary["spool"]["key"] == "spool_bytes" and summary["spool"]["verdict"] == "GROWING"
+    assert summary["journals"]["spool_index_bytes"] == {"per_batch": None, "per_day": None}
+
+
+def test_tracemalloc_diagnosis_and_smaller_caps(fake_live, tmp_path, monkeypatch):
+    import tracemalloc
+
+    from lmstream_kit import controller, runloop
+
+    monkeypatch.setattr(runloop, "RECORDS_KEPT", runloop.RECORDS_KEPT)  # restored after the test
+    monkeypatch.setattr(controller, "CHANGES_KEPT", controller.CHANGES_KEPT)
+    made = fake_live()
+    assert soak.main(_args(tmp_path, "--tracemalloc", "4", "--records-kept", "7")) == 0
+    assert not tracemalloc.is_tracing()  # stopped at the end
+    assert runloop.RECORDS_KEPT == controller.CHANGES_KEPT == 7
+    out = next((tmp_path / "out").glob("soak-*"))
+    samples = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
+    assert all(s["traced_bytes"] > 0 and s["py_blocks"] > 0 and s["gc_objects"] > 0 for s in samples)
+    assert samples[-1]["buffer_records"] == 7 < samples[-1]["batches"]  # the dashboard's buffer is capped too
+    report = (out / "tracemalloc.txt").read_text()
+    assert "## grouped by lineno" in report and "## grouped by traceback" in report
+    assert made[0][1]["retention"] == "age=5m"
