@@ -20,7 +20,8 @@ Every ``--every`` seconds it samples, and appends to ``samples.jsonl`` as it goe
   optimizer's history and the spool's in-memory index;
 * the batches and rows processed so far, and the backlog (spool datasets not yet processed);
 * the driver's Python heap: the blocks its allocator holds (:func:`sys.getallocatedblocks`), the objects
-  the garbage collector tracks, and with ``--tracemalloc FRAMES`` the bytes :mod:`tracemalloc` traces.
+  the garbage collector tracks, with ``--tracemalloc FRAMES`` the bytes :mod:`tracemalloc` traces, and the
+  bytes Arrow's memory pool holds.
 
 ``--tracemalloc FRAMES`` (a diagnosis, slower) also snapshots the traced allocations at the warm-up's end
 and at the end, and writes ``tracemalloc.txt``: what grew in between, grouped by the allocating line and
@@ -97,6 +98,7 @@ QUANTITIES: dict[str, str] = {
     "py_blocks": "blocks",
     "gc_objects": "objects",
     "traced_bytes": "bytes",
+    "arrow_bytes": "bytes",
     "spool_index": "datasets",
     "backlog_datasets": "datasets",
     "batches": "batches",
@@ -537,6 +539,9 @@ def take_sample(stream: Any, probe: ProcessProbe, buffer: Any, counter: BatchCou
     sample["gc_objects"] = len(gc.get_objects())
     if tracemalloc.is_tracing():
         sample["traced_bytes"] = tracemalloc.get_traced_memory()[0]
+    pa = sys.modules.get("pyarrow")
+    if pa is not None:  # what Arrow's memory pool holds (the spool's datasets are Arrow tables)
+        sample["arrow_bytes"] = pa.total_allocated_bytes()
     return sample
 
 

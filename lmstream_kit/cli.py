@@ -146,7 +146,7 @@ def _default_history():
 @click.option("--state-store", default="default", show_default=True, help="default | rocksdb. State store of the query's stateful operators at its first start (the checkpoint keeps it); rocksdb lets Spark 4.2+ repartition the state live.")
 @click.option("--state-partitions", default=None, type=int, help="State-store partitions at the query's first start [default: the session's spark.sql.shuffle.partitions, 2].")
 @click.option("--restore-config", is_flag=True, help="Resuming --out: start with the policy, window slide, target, Flumina workers and source partitions the run's journal last committed (live reconfigurations), not the options given.")
-@click.option("--retention", default="default", show_default=True, metavar="SPEC", help="Spool retention: default (committed data older than 1 h goes, 100 batches kept behind the committed offset, dead letters rotate at 64 MiB and are kept 7 days), off, or settings such as age=2h,size=5GiB,batches=50 (also dead-letter-size, dead-letter-age).")
+@click.option("--retention", default="default", show_default=True, metavar="SPEC", help="Spool retention: default (committed data older than 1 h goes, 100 batches kept behind the committed offset, dead letters rotate at 64 MiB and are kept 7 days, metrics journals rotate at 64 MiB and are kept 30 days), off, or settings such as age=2h,size=5GiB,batches=50 (also dead-letter-size, dead-letter-age, journal-size, journal-age).")
 def run(workload, traffic, rate, spread, policy, trigger_s, slide_s, tumbling, tumbling_target, service_model, catch_up, duration, speedup, seed, out, input_dir, spool, feed, kafka, kafka_partitions, fail_on_data_loss, master, read_mode, output, device_mode, inflection_point, optimizer, confs, jars, tune, partitions, history, state_store, state_partitions, restore_config, retention):
     """Run a stream under an admission policy and record its metrics.
 
@@ -478,9 +478,9 @@ def compare(run_dirs):
     """
     from rich.table import Table
 
-    from .metrics import METRICS_FILE, read_jsonl, read_run_info, summarize
+    from .metrics import METRICS_FILE, has_journal, read_journal, read_run_info, summarize
 
-    runs = [d for d in run_dirs if (d / METRICS_FILE).is_file()]
+    runs = [d for d in run_dirs if has_journal(d / METRICS_FILE)]  # rotated away for now: still a run
     if not runs:
         if len(run_dirs) == 1:
             raise KitError(f"{run_dirs[0]} is not a run directory (no {METRICS_FILE})")
@@ -494,7 +494,7 @@ def compare(run_dirs):
         table.add_column(col, justify="left" if col in ("run", "workload", "policy") else "right")
     for run_dir in runs:
         info = read_run_info(run_dir)
-        records = read_jsonl(run_dir / METRICS_FILE)
+        records = read_journal(run_dir / METRICS_FILE)  # every rotated part too
         if not records:  # a run still starting, or one left by a failed start (the kit now removes those)
             table.add_row(str(run_dir), str(info.get("workload", "?")), str(info.get("policy", "?")), "0", "0",
                           "no batches", *["-"] * 6)

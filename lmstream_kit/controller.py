@@ -883,6 +883,12 @@ class AdmissionController(BatchController):
         return self._history
 
     @property
+    def resume_records(self) -> int:
+        """The newest records :meth:`on_resume` is handed: ``history`` (of which the empty
+        batches' are left out, so a run of many empty batches resumes with fewer observations)."""
+        return self._history
+
+    @property
     def initial_target_s(self) -> float:
         return self._p["initial_target_s"]
 

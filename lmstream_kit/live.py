@@ -29,7 +29,7 @@ from .metrics import (
     PROGRESS_FILE,
     JsonlWriter,
     load_metrics,
-    read_jsonl,
+    read_journal,
     read_run_info,
     write_run_info,
 )
@@ -393,8 +393,8 @@ class LiveStream(StreamControls):
             with self.loop.lock:
                 self.loop.book.resume(resume=resume, committed=committed, now=time.time(),
                                       start=self.spool.first_seq)
-            if resume is not None:  # the controllers learn from what the run's batches cost so far
-                self.loop.on_resume(read_jsonl(self.run_dir / METRICS_FILE))
+            if resume is not None:  # the controllers learn from what the run's newest batches cost
+                self.loop.on_resume(read_journal(self.run_dir / METRICS_FILE, tail=self.loop.resume_tail()))
             self._metrics_writer = JsonlWriter(self.run_dir / METRICS_FILE)
             self.loop.sink = self._metrics_writer.append
             self._progress_writer = JsonlWriter(self.run_dir / PROGRESS_FILE, durable=False)

@@ -11,28 +11,41 @@ A run directory holds
 ``run.json``
     what was run: workload, policy, traffic, seed, Spark version, master, ...
 
+A stream that runs for days has its journals rotated by the spool retention
+(:mod:`lmstream_kit.retention`): ``metrics.jsonl`` is renamed to
+``metrics.<UTC stamp>.jsonl`` once it is large, later gzipped
+(``metrics.<UTC stamp>.jsonl.gz``), and deleted once old, its totals folded into
+``metrics.released.json`` first.  :func:`read_journal` reads every part in order,
+or only the newest records.
+
 :func:`load_metrics` joins the first two into one pandas DataFrame.  Nothing in
 this module imports pyspark.
 """
 
 from __future__ import annotations
 
+import gzip
 import json
 import math
 import os
+import re
 import threading
+import zlib
 from pathlib import Path
 from typing import Any, Mapping, Optional, Sequence
 
 from .exceptions import ConfigError
 from .record import FIELD_DOCS, BatchRecord, summarize
 
-__all__ = ["batch_record", "load_metrics", "read_jsonl", "read_run_info", "remove_unused_run_dir", "summarize",
-           "write_run_info", "CorruptLineError", "JsonlWriter", "METRICS_FILE", "PROGRESS_FILE", "RUN_FILE"]
+__all__ = ["batch_key", "batch_record", "has_journal", "journal_parts", "load_metrics", "part_order",
+           "read_journal", "read_jsonl", "read_part", "read_released", "read_run_info", "remove_unused_run_dir",
+           "summarize", "write_run_info", "CorruptLineError", "JsonlWriter", "METRICS_FILE", "PROGRESS_FILE", "RELEASED_FILE", "RUN_FILE"]
 
 METRICS_FILE = "metrics.jsonl"
 PROGRESS_FILE = "spark_progress.jsonl"
 RUN_FILE = "run.json"
+#: the totals of the metrics parts retention deleted (:func:`lmstream_kit.runinfo.processed_totals` adds them)
+RELEASED_FILE = "metrics.released.json"
 
 #: the fields every metrics record has (more may follow); see :mod:`lmstream_kit.record`
 CORE_FIELDS = tuple(f for f in FIELD_DOCS if f != "extra")
@@ -77,6 +90,18 @@ class JsonlWriter:
     leaves at most one partial trailing line, which the loaders skip.  A file that
     ends in such a line is first given the newline it lacks, so that the next
     record starts a line of its own instead of being glued to the partial one.
+
+    The writer follows a rotation: when ``path`` was renamed away (or replaced) since
+    the last line, the next line starts a new file at ``path``.  A line written while
+    the rename happens lands at the end of the renamed part: nothing is lost, and the
+    order is kept.
+
+    >>> import tempfile
+    >>> d = Path(tempfile.mkdtemp()); w = JsonlWriter(d / "m.jsonl", durable=False)
+    >>> w.append({"batch_id": 0}); os.replace(d / "m.jsonl", d / "m.1.jsonl"); w.append({"batch_id": 1})
+    >>> read_jsonl(d / "m.1.jsonl"), read_jsonl(d / "m.jsonl")
+    ([{'batch_id': 0}], [{'batch_id': 1}])
+    >>> w.close()
     """
 
     def __init__(self, path: os.PathLike | str, *, durable: bool = True) -> None:
@@ -84,18 +109,39 @@ class JsonlWriter:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.durable = durable
         self._lock = threading.Lock()
-        self._fh = open(self.path, "a", encoding="utf-8")
-        if _ends_mid_line(self.path):  # a writer died mid-line: end that line
-            self._fh.write("\n")
-            self._fh.flush()
-            if self.durable:
-                os.fsync(self._fh.fileno())
+        self._fh = self._open()
+
+    def _open(self):
+        fh = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 - held open across appends
+        try:
+            if _ends_mid_line(self.path):  # a writer died mid-line: end that line
+                fh.write("\n")
+                fh.flush()
+                if self.durable:
+                    os.fsync(fh.fileno())
+        except BaseException:
+            fh.close()
+            raise
+        return fh
+
+    def _moved(self) -> bool:
+        """Whether ``path`` is no longer the open file (rotation renamed it away)."""
+        try:
+            now = os.stat(self.path)
+        except FileNotFoundError:
+            return True
+        held = os.fstat(self._fh.fileno())
+        return (now.st_ino, now.st_dev) != (held.st_ino, held.st_dev)
 
     def append(self, record: Mapping[str, Any]) -> None:
         line = json.dumps({k: _jsonable(v) for k, v in record.items()}, default=str) + "\n"
         with self._lock:
             if self._fh.closed:
                 raise ValueError(f"{self.path} is closed")
+            if self._moved():  # rotated: this line starts the new file
+                fh = self._open()  # the old one stays ours until the new one is open
+                self._fh.close()
+                self._fh = fh
             self._fh.write(line)
             self._fh.flush()
             if self.durable:
@@ -196,54 +242,223 @@ def _record_after_cut(text: str) -> tuple[int, Any]:
 
 
 def read_jsonl(path: os.PathLike | str) -> list[dict]:
-    """Records of a JSON-lines file, in order.
+    """Records of a JSON-lines file, in order; a ``.gz`` file is read through gzip.
 
     What a writer killed mid-line leaves is skipped: a cut last line (no newline), and a cut
     line in the middle, which a later writer ended (or appended its own record to, which is
-    kept).  Blank lines are skipped.
+    kept).  Blank lines are skipped.  A file that does not exist has no records.
 
     Raises
     ------
     CorruptLineError
         For a line in the middle that is neither a record nor a cut one (one line, naming the
-        file and the line number).
+        file and the line number), or a ``.gz`` file that is not whole.
+    """
+    try:
+        return _read_records(Path(path))
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+
+
+def _read_records(path: Path) -> list[dict]:
+    """:func:`read_jsonl`, but a file that does not exist raises FileNotFoundError."""
+    compressed = path.suffix == ".gz"
+    fh = gzip.open(path, "rb") if compressed else open(path, "rb")  # noqa: SIM115 - closed by the with below
+    try:
+        with fh:
+            return _parse_lines(fh, path)
+    except (EOFError, zlib.error, gzip.BadGzipFile) as exc:
+        if not compressed:
+            raise
+        raise CorruptLineError(f"{path} is not a whole gzip file: {exc}") from None
+
+
+def _parse_lines(fh: Any, path: Path) -> list[dict]:
+    out = []
+    for number, raw in enumerate(fh, start=1):
+        last = not raw.endswith(b"\n")  # only the last line can lack its newline
+        try:
+            text, undecodable = raw.decode("utf-8"), None
+        except UnicodeDecodeError as exc:  # a multi-byte character cut in two, or not UTF-8 at all
+            text, undecodable = raw.decode("utf-8", errors="replace"), exc
+        if not text.strip().strip("\x00").strip():
+            continue
+        error: Any = undecodable
+        if undecodable is None:
+            try:
+                out.append(json.loads(text))
+                continue
+            except ValueError as exc:
+                error = exc
+        if last:
+            continue  # a writer died mid-line
+        start, record = _record_after_cut(text)
+        if record is not None and (undecodable is None or "\ufffd" not in text[start:]):
+            out.append(record)  # after what a writer killed mid-line left
+            continue
+        if _is_cut_record(text):
+            continue  # a writer died mid-line, and the next one ended the line
+        if undecodable is not None:
+            why = f"not UTF-8 ({undecodable.reason} at byte {undecodable.start})"
+        else:
+            why = f"not a JSON record ({getattr(error, 'msg', error)}, column {getattr(error, 'colno', '?')})"
+        shown = text.strip()
+        shown = shown if len(shown) <= 60 else shown[:57] + "..."
+        raise CorruptLineError(f"{path}, line {number}: {why}: {shown!r}") from error
+    return out
+
+
+#: a rotated part's name after its journal's stem: ``.<UTC stamp>[-N]<suffix>[.gz]``
+_PART = re.compile(r"\.(\d{8}T\d{6}Z)(?:-(\d+))?(\.[^.]+)(\.gz)?$")
+
+
+def part_order(path: os.PathLike | str) -> tuple[str, int] | None:
+    """Where a rotated journal part comes in its journal: ``(UTC stamp, N)`` from its name, None
+    for a name that is not a rotated part's.  Parts sort oldest first by it.
+
+    >>> part_order("metrics.20261125T093000Z.jsonl"), part_order("run/metrics.20261125T093000Z-2.jsonl.gz")
+    (('20261125T093000Z', 0), ('20261125T093000Z', 2))
+    >>> part_order("metrics.jsonl") is None
+    True
+    """
+    match = _PART.search(Path(path).name)
+    return None if match is None else (match.group(1), int(match.group(2) or 0))
+
+
+def journal_parts(path: os.PathLike | str) -> list[Path]:
+    """The rotated parts of the journal ``path``, oldest first.
+
+    A part is ``<stem>.<UTC stamp>[-N]<suffix>`` beside it, or that name gzipped (``.gz``);
+    where both exist (a compression under way) the part is the plain file.
+
+    >>> import tempfile
+    >>> d = Path(tempfile.mkdtemp())
+    >>> for name in ("metrics.20261125T093000Z-1.jsonl", "metrics.20261125T093000Z.jsonl.gz",
+    ...              "metrics.20261124T000000Z.jsonl", "metrics.20261124T000000Z.jsonl.gz",
+    ...              "metrics.jsonl", "metrics.released.json", "metrics.20261126T000000Z.jsonl.gz.tmp"):
+    ...     _ = (d / name).write_text("")
+    >>> [p.name for p in journal_parts(d / "metrics.jsonl")]
+    ['metrics.20261124T000000Z.jsonl', 'metrics.20261125T093000Z.jsonl.gz', 'metrics.20261125T093000Z-1.jsonl']
     """
     path = Path(path)
-    if not path.exists():
+    prefix = path.stem + "."
+    parts: dict[tuple[str, int], Path] = {}
+    try:
+        names = [p.name for p in path.parent.iterdir()]
+    except (FileNotFoundError, NotADirectoryError):  # no such directory: no parts
         return []
-    out = []
-    with open(path, "rb") as fh:
-        for number, raw in enumerate(fh, start=1):
-            last = not raw.endswith(b"\n")  # only the last line can lack its newline
-            try:
-                text, undecodable = raw.decode("utf-8"), None
-            except UnicodeDecodeError as exc:  # a multi-byte character cut in two, or not UTF-8 at all
-                text, undecodable = raw.decode("utf-8", errors="replace"), exc
-            if not text.strip().strip("\x00").strip():
-                continue
-            error: Any = undecodable
-            if undecodable is None:
-                try:
-                    out.append(json.loads(text))
-                    continue
-                except ValueError as exc:
-                    error = exc
-            if last:
-                continue  # a writer died mid-line
-            start, record = _record_after_cut(text)
-            if record is not None and (undecodable is None or "\ufffd" not in text[start:]):
-                out.append(record)  # after what a writer killed mid-line left
-                continue
-            if _is_cut_record(text):
-                continue  # a writer died mid-line, and the next one ended the line
-            if undecodable is not None:
-                why = f"not UTF-8 ({undecodable.reason} at byte {undecodable.start})"
-            else:
-                why = f"not a JSON record ({getattr(error, 'msg', error)}, column {getattr(error, 'colno', '?')})"
-            shown = text.strip()
-            shown = shown if len(shown) <= 60 else shown[:57] + "..."
-            raise CorruptLineError(f"{path}, line {number}: {why}: {shown!r}") from error
-    return out
+    for name in names:
+        if not name.startswith(prefix):
+            continue
+        match = _PART.fullmatch(name[len(path.stem):])
+        if match is None or match.group(3) != path.suffix:
+            continue
+        key = (match.group(1), int(match.group(2) or 0))
+        if key not in parts or match.group(4) is None:  # the plain file, where both are there
+            parts[key] = path.with_name(name)
+    return [parts[key] for key in sorted(parts)]
+
+
+def has_journal(path: os.PathLike | str) -> bool:
+    """Whether the journal ``path`` has a file: itself, or a rotated part (it is renamed away
+    when rotated, and is written again with the next record)."""
+    path = Path(path)
+    return path.is_file() or bool(journal_parts(path))
+
+
+def read_part(part: os.PathLike | str) -> list[dict]:
+    """The records of a rotated part (:func:`journal_parts`); one gzipped since it was listed is
+    read from its ``.gz``, one deleted since has none."""
+    part = Path(part)
+    try:
+        return _read_records(part)
+    except FileNotFoundError:
+        if part.suffix == ".gz":
+            return []
+    return read_jsonl(part.with_name(part.name + ".gz"))
+
+
+def read_journal(path: os.PathLike | str, *, tail: int | None = None) -> list[dict]:
+    """The records of the journal ``path``: those of its rotated parts (:func:`journal_parts`),
+    oldest first, then its own.
+
+    With ``tail``, only the newest ``tail`` records: the parts are read from the newest
+    backwards, only as far as they are needed (a run of weeks is not read whole).
+
+    >>> import tempfile
+    >>> d = Path(tempfile.mkdtemp())
+    >>> _ = (d / "m.20260101T000000Z.jsonl").write_text('{"b": 0}\\n{"b": 1}\\n')
+    >>> with gzip.open(d / "m.20250101T000000Z.jsonl.gz", "wt") as fh:
+    ...     _ = fh.write('{"b": -1}\\n')
+    >>> _ = (d / "m.jsonl").write_text('{"b": 2}\\n')
+    >>> [r["b"] for r in read_journal(d / "m.jsonl")], [r["b"] for r in read_journal(d / "m.jsonl", tail=2)]
+    ([-1, 0, 1, 2], [1, 2])
+
+    Raises
+    ------
+    CorruptLineError
+        For a corrupt line of a part read (see :func:`read_jsonl`).
+    ConfigError
+        For a ``tail`` that is not a whole number >= 0.
+    """
+    path = Path(path)
+    if tail is not None and (isinstance(tail, bool) or not isinstance(tail, int) or tail < 0):
+        raise ConfigError(f"tail must be a whole number >= 0, got {tail!r}")
+    parts = journal_parts(path)
+    if tail is None:
+        out: list[dict] = []
+        for part in parts:
+            out.extend(read_part(part))
+        out.extend(read_jsonl(path))
+        return out
+    if tail == 0:
+        return []
+    chunks = [read_jsonl(path)]
+    held = len(chunks[0])
+    for part in reversed(parts):
+        if held >= tail:
+            break
+        chunks.append(read_part(part))
+        held += len(chunks[-1])
+    out = [record for chunk in reversed(chunks) for record in chunk]
+    return out[-tail:]
+
+
+def batch_key(record: Any) -> tuple | None:
+    """What one batch's record is known by: ``(batch_id, start_seq, end_seq)``; None for a line
+    that is no batch's record.  A batch that a crash left uncommitted runs again after the
+    restart under the same key (the same batch id over the same datasets).
+
+    >>> batch_key({"batch_id": 3, "start_seq": 10, "end_seq": 12, "rows": 5}), batch_key({"note": 1})
+    ((3, 10, 12), None)
+    """
+    if not isinstance(record, dict) or record.get("batch_id") is None:
+        return None
+    return (int(record["batch_id"]), record.get("start_seq"), record.get("end_seq"))
+
+
+def read_released(run_dir: os.PathLike | str) -> dict:
+    """``metrics.released.json`` of ``run_dir``: the totals of the metrics parts retention deleted
+    (``batches``, ``rows_processed``, ``parts``, ``last_key``, ``through_batch_id``,
+    ``through_part``), or ``{}`` where none was deleted.
+
+    Raises ConfigError naming the file where it is not such a JSON object.
+    """
+    path = Path(run_dir) / RELEASED_FILE
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return {}
+    except OSError as exc:
+        raise ConfigError(f"cannot read {path}: {exc.strerror or exc}") from None
+    try:
+        released = json.loads(text)
+    except ValueError as exc:
+        raise ConfigError(f"{path} is not valid JSON ({exc}): not the totals of released metrics") from None
+    if not isinstance(released, dict) or not all(
+            isinstance(released.get(k, 0), int) for k in ("batches", "rows_processed", "parts")):
+        raise ConfigError(f"{path} is not a JSON object of whole totals: not the totals of released metrics")
+    return released
 
 
 def write_run_info(run_dir: os.PathLike | str, info: Mapping[str, Any]) -> None:
@@ -309,13 +524,15 @@ def load_metrics(run_dir: os.PathLike | str):
 
     Spark's listener timings are joined on ``batch_id`` with a ``spark_`` prefix
     (``spark_addBatch_ms``, ``spark_walCommit_ms``, ``spark_numInputRows``, ...).
+    Both journals are read whole, rotated parts included (:func:`read_journal`); the
+    batches of parts that retention deleted are gone.
     """
     import pandas as pd
 
     run_dir = Path(run_dir)
-    records = read_jsonl(run_dir / METRICS_FILE)
+    records = read_journal(run_dir / METRICS_FILE)
     df = pd.DataFrame.from_records(records) if records else pd.DataFrame(columns=list(CORE_FIELDS))
-    progress = read_jsonl(run_dir / PROGRESS_FILE)
+    progress = read_journal(run_dir / PROGRESS_FILE)
     if progress and len(df):
         pdf = pd.DataFrame.from_records(progress)
         pdf = pdf.drop_duplicates("batch_id", keep="last")

@@ -377,8 +377,10 @@ class BatchController(Tunable):
         the batch failed: undo a change made at its start and return True, and the run loop
         runs it again once (a new logic that fails on data goes back to the old one);
     ``on_resume(records)``
-        the stream resumed a run directory: ``records`` are the batch records its earlier runs
-        wrote (oldest first), to learn from before the first batch;
+        the stream resumed a run directory: ``records`` are the newest batch records its earlier
+        runs wrote (oldest first), to learn from before the first batch: at least
+        :data:`~lmstream_kit.runloop.RECORDS_KEPT` of them, more where a controller's
+        ``resume_records`` asks for more (a run of weeks is not read whole);
     ``plugged(host)``
         it was plugged into ``host`` (a :class:`StreamHost`: a LiveStream, an attached query),
         which says what it can change for the controller; raise ConfigError to refuse the host;
@@ -390,6 +392,11 @@ class BatchController(Tunable):
 
     #: record fields this controller adds, with what they mean
     FIELDS: ClassVar[Mapping[str, str]] = {}
+
+    @property
+    def resume_records(self) -> int:
+        """How many of the newest records :meth:`on_resume` needs (0: the default is enough)."""
+        return 0
 
     def admission_held(self) -> str | None:
         return None

@@ -14,7 +14,7 @@ from typing import Any
 
 from . import __version__
 from .exceptions import ConfigError
-from .metrics import METRICS_FILE, read_jsonl
+from .metrics import METRICS_FILE, batch_key, journal_parts, part_order, read_jsonl, read_part, read_released
 from .record import controller_target_s
 
 __all__ = ["final_run_info", "processed_totals", "recorded_workload", "run_info"]
@@ -51,8 +51,11 @@ def run_info(stream: Any, previous: dict) -> dict:
 def processed_totals(metrics_path: os.PathLike | str) -> dict:
     """``rows_processed`` and ``batches`` over every start of a run, from its ``metrics.jsonl``.
 
-    A batch that a crash left uncommitted runs again after the restart under the same batch id,
-    over the same datasets: its newest record counts, once.
+    Every rotated part counts (:func:`~lmstream_kit.metrics.read_journal`), and so do the parts
+    retention deleted, through the totals it kept of them in ``metrics.released.json``.  A batch
+    that a crash left uncommitted runs again after the restart under the same batch id, over the
+    same datasets: its newest record counts, once (also where the two records are on either side
+    of a deleted part's end).
 
     >>> import tempfile, json
     >>> path = Path(tempfile.mkdtemp()) / "metrics.jsonl"
@@ -61,12 +64,24 @@ def processed_totals(metrics_path: os.PathLike | str) -> dict:
     >>> processed_totals(path)
     {'rows_processed': 12, 'batches': 2}
     """
-    rows: dict[tuple, int] = {}
-    for record in read_jsonl(Path(metrics_path)):
-        if isinstance(record, dict) and record.get("batch_id") is not None:
-            key = (int(record["batch_id"]), record.get("start_seq"), record.get("end_seq"))
-            rows[key] = int(record.get("rows") or 0)
-    return {"rows_processed": sum(rows.values()), "batches": len(rows)}
+    path = Path(metrics_path)
+    for _ in range(5):  # retention may delete a part while it is read: read again
+        released = read_released(path.parent)
+        done = part_order(f"x.{released.get('through_part')}.jsonl")
+        rows: dict[tuple, int] = {}
+        parts = [p for p in journal_parts(path) if done is None or part_order(p) > done]
+        for source in [*parts, path]:  # a part folded but not yet deleted is counted once
+            for record in (read_jsonl(source) if source is path else read_part(source)):
+                key = batch_key(record)
+                if key is not None:
+                    rows[key] = int(record.get("rows") or 0)
+        if read_released(path.parent) == released:
+            break
+    last_key = released.get("last_key")
+    if last_key is not None:
+        rows.pop(tuple(last_key), None)  # counted in the released totals
+    return {"rows_processed": sum(rows.values()) + int(released.get("rows_processed", 0)),
+            "batches": len(rows) + int(released.get("batches", 0))}
 
 
 def final_run_info(stream: Any) -> dict:

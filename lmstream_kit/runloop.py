@@ -215,6 +215,25 @@ class RunLoop:
             except Exception:  # noqa: BLE001, S110
                 pass  # a progress hiccup must not reach Spark's listener bus
 
+    def resume_tail(self) -> int:
+        """How many of a run's newest records :meth:`on_resume` hands the controllers: at least
+        :data:`RECORDS_KEPT`, more where a controller's ``resume_records`` asks for more.
+
+        >>> from lmstream_kit.protocol import BatchController, ChangeLog
+        >>> class Deep(BatchController):
+        ...     resume_records = 5000
+        >>> loop = RunLoop(BatchController(), BatchController(), ChangeLog(), settings=lambda: None)
+        >>> loop.resume_tail(), (loop.add_controller(Deep()) and loop.resume_tail())
+        (1000, 5000)
+        """
+        wanted = [RECORDS_KEPT]
+        for controller in self.controllers:
+            try:
+                wanted.append(int(getattr(controller, "resume_records", 0) or 0))
+            except Exception:  # noqa: BLE001, S112 - one that cannot say gets the default
+                continue
+        return max(wanted)
+
     def on_resume(self, records: Sequence[Mapping[str, Any]]) -> None:
         """The stream resumed a run directory: its earlier batch records, for the controllers to learn
         from; one that raises is left out (the run goes on without what it would have learned)."""

@@ -10,6 +10,7 @@ import pytest
 MODULES = [
     "lmstream_kit.stream_config",
     "lmstream_kit.retention",
+    "lmstream_kit.runloop",
     "lmstream_kit.signals",
     "lmstream_kit.runinfo",
     "lmstream_kit.diskguard",

@@ -139,9 +139,11 @@ def test_dead_letter_rotates_over_its_size_and_old_parts_go(tmp_path):
 # ---------------------------------------------------------------------- settings
 def test_retention_spec_text_and_defaults():
     assert retention_from_spec("default") == dict(DEFAULT_RETENTION)
-    got = retention_from_spec("age=2h, size=5GiB, batches=7, dead-letter-size=1MiB, dead-letter-age=none")
+    got = retention_from_spec("age=2h, size=5GiB, batches=7, dead-letter-size=1MiB, dead-letter-age=none, "
+                              "journal-size=8MiB, journal-age=none")
     assert got == {"max_age_s": 7200.0, "max_bytes": 5 * 2**30, "keep_batches": 7,
-                   "dead_letter_bytes": 2**20, "dead_letter_age_s": None}
+                   "dead_letter_bytes": 2**20, "dead_letter_age_s": None,
+                   "journal_bytes": 8 * 2**20, "journal_age_s": None}
     assert retention_from_spec("age=none")["max_age_s"] is None
     assert retention_from_spec(None) is None and make_retention("off") is None
     assert make_retention({"max_age_s": 5.0}).max_age_s == 5.0
@@ -189,7 +191,8 @@ def test_the_floor_is_keep_batches_behind_the_batch_that_ran_last(tmp_path):
     r._ensure_thread = lambda: None  # sweeps run here, in the test's thread
     _batches(r, [0, 3])
     assert r.floor is None and r.sweep() == {"datasets": 0, "bytes": 0, "manifest_dropped": 0,
-                                             "dead_letter_rotated": False}
+                                             "dead_letter_rotated": False, "journal_rotated": 0,
+                                             "journal_compressed": 0, "journal_deleted": 0}
     _batches(r, [5])
     assert r.floor == 0
     _batches(r, [8, 10])

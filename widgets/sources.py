@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from lmstream_kit.exceptions import ConfigError
-from lmstream_kit.metrics import METRICS_FILE, read_jsonl, read_run_info
+from lmstream_kit.metrics import METRICS_FILE, read_journal, read_run_info
 
 __all__ = ["RecordBuffer", "attach_live", "detach_live", "load_run"]
 
@@ -120,14 +120,14 @@ def detach_live(stream: Any, callback: Callable[[dict], None]) -> None:
 
 
 def load_run(run_dir: Path, buffer: RecordBuffer) -> dict:
-    """Load ``metrics.jsonl`` of ``run_dir`` into ``buffer``; returns its ``run.json``.
+    """Load ``metrics.jsonl`` of ``run_dir`` (its rotated parts too) into ``buffer``; returns its ``run.json``.
 
     Raises :class:`ConfigError` when the directory is missing or has no metrics.
     """
     path = run_dir / METRICS_FILE
     if not run_dir.is_dir():
         raise ConfigError(f"run directory {run_dir} does not exist")
-    buffer.load(read_jsonl(path))
+    buffer.load(read_journal(path))
     if not buffer.batch_ids():
         raise ConfigError(f"run directory {run_dir} has no metrics ({METRICS_FILE} missing or empty)")
     return read_run_info(run_dir)

@@ -222,10 +222,10 @@ def run_bench(
                                                  seed=seed, duration_s=cfg.duration_s, run_dir=run_dir)
                 except Exception as exc:  # noqa: BLE001  (a cell whose stream failed: keep what it measured)
                     from ..exceptions import one_line
-                    from ..metrics import METRICS_FILE, load_metrics
+                    from ..metrics import METRICS_FILE, has_journal, load_metrics
 
                     failed = one_line(exc)
-                    metrics = load_metrics(run_dir) if (run_dir / METRICS_FILE).exists() else pd.DataFrame()
+                    metrics = load_metrics(run_dir) if has_journal(run_dir / METRICS_FILE) else pd.DataFrame()
                     cpu = None
                 row = cell_row(metrics, workload=workload, policy=cell["policy"], traffic=cell["traffic"],
                                rep=cell["rep"], seed=seed, rate=cell["rate"], speedup=cfg.speedup,

@@ -1,6 +1,6 @@
 """Every plotly figure of lmstream_kit, as pure functions of plain data: per-batch records
-(:mod:`.batches`, :mod:`.records`, :mod:`.tuning`), device plans (:mod:`.plan`) and bench sweeps
-(:mod:`.bench`)."""
+(:mod:`.batches`, :mod:`.records`, :mod:`.tuning`, :mod:`.retention`), device plans (:mod:`.plan`), bench
+sweeps (:mod:`.bench`) and soaks (:mod:`.retention`)."""
 
 from __future__ import annotations
 
@@ -38,6 +38,7 @@ from .plan import (
     plan_layout,
 )
 from .records import EMPTY_TEXT, change_markers, records_frame
+from .retention import SOAK_MEMORY, soak_figure, spool_retention_figure
 from .tuning import bottleneck_figure, overhead_figure, parallelism_figure, reconfigurations, tuner_figures
 from .windows import catch_up_figure, collection_figure, result_latency_figure
 
@@ -45,11 +46,12 @@ __all__ = [
     "DEVICE_COLORS",
     "EMPTY_TEXT",
     "PLAN_NODE_COLORS",
+    "SOAK_MEMORY",
     "batch_size_figure",
     "bottleneck_figure",
     "catch_up_figure",
-    "collection_figure",
     "change_markers",
+    "collection_figure",
     "device_plan_figure",
     "fig_avg_latency",
     "fig_batch_timeline",
@@ -61,18 +63,20 @@ __all__ = [
     "inflection_figure",
     "joins_figure",
     "latency_figure",
-    "result_latency_figure",
     "latest_plan",
     "overhead_figure",
     "parallelism_figure",
     "pick_timeline_queries",
-    "source_lag_figure",
     "plan_edges",
     "plan_layout",
     "plan_nodes",
     "plan_tree_figure",
     "reconfigurations",
     "records_frame",
+    "result_latency_figure",
+    "soak_figure",
+    "source_lag_figure",
+    "spool_retention_figure",
     "throughput_figure",
     "time_split_figure",
     "tuner_figures",
