@@ -360,3 +360,31 @@ def test_live_the_lag_panel_appears_at_the_first_record_with_a_lag(tmp_path):
         dash.refresh()
         assert list(dash.panels) == ["lag"]
         assert list(dash.panels["lag"].figures["source_lag"].data[1].y)[-1] == 7
+
+
+@needs_widgets
+def test_the_retention_panel_draws_what_the_spool_keeps_live_and_from_a_run(tmp_path):
+    from widgets.retention import RetentionPanel
+
+    def rec(bid, first, kept):
+        return {**_rec(bid, flumina=False), "start_seq": bid, "end_seq": bid + 1,
+                "spool_first_seq": first, "spool_bytes": kept}
+
+    fake = FakeStream(tmp_path)
+    panel = RetentionPanel(fake)
+    for bid, first, kept in ((0, 0, 4096), (1, 0, 8192), (2, 1, 8192)):
+        fake.emit(rec(bid, first, kept))
+    panel.refresh()
+    fig = panel.figures["retention"]
+    by_name = {t.name: t for t in fig.data}
+    assert [round(v, 3) for v in by_name[next(n for n in by_name if "kept" in n.lower() and "KiB" in n)].y] == \
+        [4.0, 8.0, 8.0]
+    assert list(by_name[next(n for n in by_name if "first" in n.lower() and "kept" in n.lower())].y) == [0, 0, 1]
+    assert fig.layout.title.text == RetentionPanel.title
+    # the same records from a run directory
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "metrics.jsonl").write_text(
+        "".join(json.dumps(rec(b, f, k)) + "\n" for b, f, k in ((0, 0, 1024), (1, 1, 2048))))
+    replay = RetentionPanel(tmp_path / "run")
+    replay.refresh()
+    assert len(replay.figures["retention"].data[0].x) == 2

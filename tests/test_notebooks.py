@@ -427,7 +427,7 @@ def check_running_for_days(nb, run_dir: Path, summary: dict) -> None:
     assert 0 < once["first_kept"] and files == info["feed_datasets"] - once["first_kept"], (files, once)
     # the soak: the newest stored result, its growth as soak.py's own summarize gives it, said where measured
     results = ROOT / "benchmarks" / "results"
-    newest = max(results.glob("soak-*/samples.jsonl")).parent
+    newest = max(results.glob("soak-*/summary.json")).parent  # finished: one still running has none
     soak = summary["soak"]
     assert soak["dir"] == newest.name, (soak["dir"], newest.name)
     settings = json.loads((newest / "settings.json").read_text())

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import doctest
 import json
 import math
 import subprocess
@@ -16,7 +17,7 @@ import pytest
 import lmstream_kit.report.figures as report_figures
 import widgets.figures as widget_figures
 from lmstream_kit import plots, report
-from lmstream_kit.plots import gpu_ops_grid_figure, within_bound_figure
+from lmstream_kit.plots import gpu_ops_grid_figure, soak_figure, spool_retention_figure, within_bound_figure
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -159,3 +160,140 @@ def test_gpu_ops_grid_figure_is_one_heatmap_of_the_counts():
 def test_gpu_ops_grid_figure_without_a_workload():
     fig = gpu_ops_grid_figure(_grid(4), operators=11)
     assert fig.layout.title.text == "Operators on the GPU (of 11)"
+
+
+# --------------------------------------------------------------------------- running for days (notebook 12)
+
+
+def _retention_records(seed: int) -> list[dict]:
+    """Batches 0..7 (batch 0 empty without a span, batch 4 empty with an empty one), admitted 1.5 s apart
+    from t=100; shuffled."""
+    rng = np.random.default_rng(seed)
+    records, seq = [], 0
+    for b in range(8):
+        n = 0 if b in (0, 4) else int(rng.integers(1, 4))
+        records.append({"batch_id": b, "rows": 10 * n, "start_seq": seq if b else None,
+                        "end_seq": seq + n if b else None, "spool_bytes": int(rng.integers(0, 10_000)),
+                        "spool_first_seq": max(0, seq - 3), "admitted_at": 100.0 + 1.5 * b})
+        seq += n
+    records.append({"batch_id": 8, "rows": 10, "start_seq": seq, "end_seq": seq + 1, "spool_bytes": None,
+                    "admitted_at": 112.0})  # a record without retention's fields: no spool point
+    return [records[i] for i in rng.permutation(len(records))]
+
+
+def test_spool_retention_figure_draws_kept_bytes_and_both_first_datasets_by_batch():
+    records = _retention_records(11)
+    by_id = sorted(records, key=lambda r: r["batch_id"])
+    kept = [r for r in by_id if r["spool_bytes"] is not None]
+    spans = [r for r in by_id if r["rows"]]
+    fig = spool_retention_figure(records)
+    kib, first, start = fig.data
+    assert [t.name for t in fig.data] == ["spool data kept (KiB)", "first dataset kept (spool_first_seq)",
+                                          "batch's first dataset (start_seq)"]
+    assert list(kib.x) == list(first.x) == list(range(8))
+    assert list(kib.y) == [r["spool_bytes"] / 1024 for r in kept]
+    assert list(first.y) == [r["spool_first_seq"] for r in kept]
+    assert list(start.x) == [1, 2, 3, 5, 6, 7, 8]
+    assert list(start.y) == [r["start_seq"] for r in spans] and start.y[0] == 0
+    assert [t.mode for t in fig.data] == ["lines+markers"] * 3
+    assert [t.yaxis for t in fig.data] == ["y", "y2", "y2"]
+    assert (kib.line.shape, first.line.shape, start.line.shape) == (None, "hv", "hv")
+    assert (first.line.dash, start.line.dash) == (None, "dot")
+    assert fig.layout.title.text == "Spool retention per micro-batch" and fig.layout.height == 400
+    assert fig.layout.xaxis.title.text == "batch id"
+    assert (fig.layout.yaxis.title.text, fig.layout.yaxis2.title.text) == ("KiB kept", "spool dataset")
+    assert fig.layout.yaxis2.overlaying == "y" and fig.layout.yaxis2.side == "right"
+    assert fig.layout.yaxis.rangemode == fig.layout.yaxis2.rangemode == "tozero"
+    assert fig.layout.shapes == () and fig.layout.annotations == ()
+    # a DataFrame of the same records draws the same figure
+    assert spool_retention_figure(pd.DataFrame(records)).to_dict() == fig.to_dict()
+
+
+def test_spool_retention_figure_marks_the_change_and_the_first_batch_after_the_full_disk():
+    records = _retention_records(12)
+    fig = spool_retention_figure(records, change=(5, "keep for 1 h"), disk_held_until=104.0,
+                                 title="Spool retention per micro-batch (live)", height=380)
+    change, disk = fig.layout.shapes
+    assert (change.type, change.x0, change.x1, change.line.dash, change.line.color) == ("line", 5, 5, "dash", None)
+    # batch 3 is admitted at 104.5 s, the first after 104 s
+    assert (disk.type, disk.x0, disk.x1, disk.line.dash, disk.line.color) == ("line", 3, 3, "dot", "firebrick")
+    assert [(a.text, a.x, a.yanchor) for a in fig.layout.annotations] == [
+        ("keep for 1 h", 5, "top"), ("after the full disk", 3, "bottom")]
+    assert fig.layout.title.text == "Spool retention per micro-batch (live)" and fig.layout.height == 380
+    # no batch admitted after the hold: no disk marker
+    late = spool_retention_figure(records, disk_held_until=112.0)
+    assert late.layout.shapes == () and late.layout.annotations == ()
+
+
+def test_spool_retention_figure_of_no_records_has_its_three_empty_traces():
+    fig = spool_retention_figure([])
+    assert [(t.name, list(t.x), list(t.y)) for t in fig.data] == [
+        ("spool data kept (KiB)", [], []), ("first dataset kept (spool_first_seq)", [], []),
+        ("batch's first dataset (start_seq)", [], [])]
+    assert spool_retention_figure(None).to_dict() == fig.to_dict()
+    # a record without rows or a span (a journal's older line) has its spool point and no span point
+    [kib, first, start] = spool_retention_figure([{"batch_id": 3, "spool_bytes": 512, "spool_first_seq": 2}]).data
+    assert (list(kib.y), list(first.y), list(start.x)) == ([0.5], [2], [])
+
+
+def _soak_samples(seed: int) -> list[dict]:
+    """A sample every 30 s for 5 min with seeded byte counts; some values missing or not numbers."""
+    rng = np.random.default_rng(seed)
+    samples = [{"t_s": 30.0 * i, "driver_rss_bytes": int(rng.integers(100, 200)) * 2**20,
+                "jvm_rss_bytes": int(rng.integers(400, 800)) * 2**20,
+                "workers_rss_bytes": int(rng.integers(200, 300)) * 2**19,
+                "spool_bytes": int(rng.integers(0, 64)) * 2**18} for i in range(11)]
+    samples[2]["jvm_rss_bytes"] = None
+    samples[3]["workers_rss_bytes"] = float("nan")
+    samples[4]["driver_rss_bytes"] = True  # a flag is not a number of bytes
+    del samples[5]["spool_bytes"]
+    samples.insert(0, {"t_s": -10.0, "driver_rss_bytes": 2**30})  # before the stream started
+    return samples
+
+
+def test_soak_figure_draws_rss_and_spool_in_mib_over_minutes_with_the_warm_up_shaded():
+    samples = _soak_samples(5)
+    fig = soak_figure(samples, warmup_s=90.0, host="vm-2", result="soak-vm-1")
+    assert [t.name for t in fig.data] == ["driver's Python RSS", "JVM RSS", "Python workers RSS", "spool on disk"]
+
+    def expect(key):
+        kept = [s for s in samples if s["t_s"] >= 0 and isinstance(s.get(key), (int, float))
+                and not isinstance(s[key], bool) and math.isfinite(s[key])]
+        return [s["t_s"] / 60 for s in kept], [s[key] / 2**20 for s in kept]
+
+    for trace, key, missing in zip(fig.data, ("driver_rss_bytes", "jvm_rss_bytes", "workers_rss_bytes", "spool_bytes"),
+                                   (4, 2, 3, 5), strict=True):
+        minutes, mib = expect(key)
+        assert len(trace.x) == 10 and 30.0 * missing / 60 not in list(trace.x), trace.name
+        assert list(trace.x) == pytest.approx(minutes) and list(trace.y) == pytest.approx(mib), trace.name
+        assert trace.mode == "lines"
+    assert [(t.xaxis, t.yaxis) for t in fig.data] == [("x", "y")] * 3 + [("x2", "y2")]
+    # the warm-up: one grey band per row from 0 to 1.5 min, labelled at its middle on the top row
+    bands = [(s.type, s.x0, s.x1, s.xref, s.yref, s.fillcolor, s.opacity, s.line.width) for s in fig.layout.shapes]
+    assert bands == [("rect", 0, 1.5, "x", "y domain", "grey", 0.15, 0),
+                     ("rect", 0, 1.5, "x2", "y2 domain", "grey", 0.15, 0)]
+    [label] = fig.layout.annotations
+    assert (label.text, label.x, label.y, label.xref, label.yref) == ("warm-up", 0.75, 1.0, "x", "y domain")
+    assert fig.layout.title.text == "Soak on vm-2: memory and spool over time (measured, soak-vm-1)"
+    assert (fig.layout.yaxis.title.text, fig.layout.yaxis2.title.text) == ("RSS (MiB)", "MiB")
+    assert fig.layout.xaxis2.title.text == "minutes since the stream started" and fig.layout.xaxis.title.text is None
+    assert fig.layout.xaxis.matches == "x2"  # the rows share their time axis
+    assert fig.layout.height == 520
+
+
+def test_soak_figure_draws_the_memory_asked_for_and_another_spool_key():
+    samples = [{"t_s": 0, "jvm_rss_bytes": 3 * 2**20, "spool_data_bytes": 2**19, "spool_bytes": 2**22},
+               {"t_s": 120, "jvm_rss_bytes": 5 * 2**20, "spool_data_bytes": 2**20, "spool_bytes": 2**23}]
+    fig = soak_figure(samples, warmup_s=60, memory={"jvm_rss_bytes": "Spark's JVM"}, spool_key="spool_data_bytes")
+    assert [(t.name, list(t.x), list(t.y)) for t in fig.data] == [
+        ("Spark's JVM RSS", [0.0, 2.0], [3.0, 5.0]), ("spool on disk", [0.0, 2.0], [0.5, 1.0])]
+    assert [s.x1 for s in fig.layout.shapes] == [1.0, 1.0]
+    assert fig.layout.title.text == "Soak: memory and spool over time"
+    assert soak_figure(samples, warmup_s=60, host="h").layout.title.text == "Soak on h: memory and spool over time (measured)"
+
+
+def test_the_retention_figures_examples_run():
+    import lmstream_kit.plots.retention as module
+
+    failed, tried = doctest.testmod(module, raise_on_error=False, verbose=False)
+    assert tried >= 5 and failed == 0
