@@ -299,6 +299,34 @@ def _overloads(items) -> dict:
     return out
 
 
+def _controller_params(items) -> dict:
+    """``--controller KEY=VALUE`` options as a dict, each value a number, true/false or none where it reads
+    as one (the bench checks names and values); a malformed one is a one-line error.
+
+    >>> _controller_params(["quantile=0.97", "history=50", "interval_margin=false", "prior_processing_s=none"])
+    {'quantile': 0.97, 'history': 50, 'interval_margin': False, 'prior_processing_s': None}
+    """
+    out: dict = {}
+    for item in items:
+        key, sep, text = str(item).partition("=")
+        key, text = key.strip(), text.strip()
+        if not sep or not key or not text:
+            raise KitError(f"--controller takes KEY=VALUE, got {item!r}")
+        words = {"true": True, "false": False, "none": None}
+        if text.lower() in words:
+            value = words[text.lower()]
+        else:
+            try:
+                value = int(text)
+            except ValueError:
+                try:
+                    value = float(text)
+                except ValueError:
+                    value = text
+        out[key] = value
+    return out
+
+
 def _spark_conf(confs, jars) -> dict:
     """``--conf KEY=VALUE`` options (and ``--jars``) as a dict; a malformed one is a user error."""
     out = {}
@@ -540,6 +568,7 @@ def compare(run_dirs):
 @click.option("--tumbling-target", default="window", show_default=True, type=click.Choice(["window", "paper"]), help="lmstream's target on tumbling queries: batch up to the window's length and admit at once what closes a window, or LMStream's running mean of past max latencies (paper).")
 @click.option("--service-model", default="bytes", show_default=True, type=click.Choice(["bytes", "features"]), help="lmstream's service-time model: bytes, or bytes, windows closed, state and evictions.")
 @click.option("--catch-up", "catch_up", default="chunks", show_default=True, type=click.Choice(["chunks", "all"]), help="lmstream's rule for a backlog that cannot meet the target in one batch: chunks that fit it, or all at once (LMStream's).")
+@click.option("--controller", "controller_params", multiple=True, metavar="KEY=VALUE", help="A parameter of the lmstream policy's admission controller, e.g. quantile=0.97 or min_margin_s=0.5, to measure a margin rule (repeatable; keys: quantile, history, min_margin_s, interval_margin, prior_processing_s, initial_target_s, poll_interval_s, warmup).")
 @click.option("--capacity-budget", default=None, type=float, metavar="SECONDS", help="Wall seconds for the whole capacity search; after them no probe starts and each unfinished query and policy is reported as not converged, with its bracket so far [default: no limit].")
 @click.option("--output", default="noop", show_default=True, type=click.Choice(["noop", "parquet"]), help="Sink of every cell.")
 @click.option("--master", default="local[2]", show_default=True, help="Spark master: local[N] or spark://host:port.")
@@ -555,7 +584,7 @@ def compare(run_dirs):
 @click.option("--preset", default=None, type=click.Choice(sorted(BENCH_PRESETS)), help="Start from a named sweep; options given explicitly override it. paper: the reproduction of docs/reproduction.md (all six queries, three policies, both traffic kinds, 120 simulated s at speedup 2, the capacity search (120 s probes) with a 6 h budget, overload cells for Fig. 1 at 2,000 rows/s on LR2S and LR1S, cells at 80% of asap's capacity, a 4 GiB driver heap; a --conf given adds to its confs).")
 @click.option("--resume", is_flag=True, default=False, help="Go on with the interrupted bench in --out: the cells and capacity probes it finished are kept, the rest run. Give the same options (a setting that changes what a cell measures is refused).")
 @click.option("--out", "out", required=True, type=click.Path(path_type=Path), help="Bench directory.")
-def bench(queries, policies, traffic, duration, repeat, speedup, rate, spread, seed, trigger_s, warmup_s, capacity, capacity_duration, capacity_start, capacity_probes, capacity_budget, overloads, at_capacity, tumbling_target, service_model, catch_up, output, master, results_format, reproduction, notes, device_mode, optimizer, confs, jars, feed, kafka_partitions, preset, resume, out):
+def bench(queries, policies, traffic, duration, repeat, speedup, rate, spread, seed, trigger_s, warmup_s, capacity, capacity_duration, capacity_start, capacity_probes, capacity_budget, overloads, at_capacity, tumbling_target, service_model, catch_up, controller_params, output, master, results_format, reproduction, notes, device_mode, optimizer, confs, jars, feed, kafka_partitions, preset, resume, out):
     """Run queries x policies x traffic and write results.parquet and report.html.
 
     Every cell runs to the end of its traffic on one SparkSession; the same
@@ -584,7 +613,8 @@ def bench(queries, policies, traffic, duration, repeat, speedup, rate, spread, s
         speedup=speedup, rate=rate, spread=spread, seed=seed, trigger_s=trigger_s, warmup_s=warmup_s,
         capacity=capacity, capacity_duration_s=capacity_duration, capacity_start=capacity_start,
         capacity_probes=capacity_probes, capacity_budget_s=capacity_budget, tumbling_target=tumbling_target, catch_up=catch_up,
-        service_model=service_model, overload=_overloads(overloads), at_capacity=at_capacity, output=output,
+        service_model=service_model, controller=_controller_params(controller_params),
+        overload=_overloads(overloads), at_capacity=at_capacity, output=output,
         master=master,
         results_format=results_format,
         spark_conf=_spark_conf(confs, jars), device_mode=device_mode, optimizer=optimizer,

@@ -8,6 +8,7 @@ import json
 import pytest
 from test_bench_failure import FakeEngine
 
+import lmstream_kit.live  # noqa: F401 - bound to the real SparkEngine before a test patches the adapter's
 from lmstream_kit.bench import BenchConfig, run_bench
 from lmstream_kit.bench.capacity import CapacitySearch, search_pairs
 from lmstream_kit.exceptions import ConfigError
@@ -249,3 +250,44 @@ def test_a_longer_probe_keeps_the_cells_and_starts_the_search_over(tmp_path, fak
     assert result.meta["capacity_restarted"] == "its capacity_duration_s was 10.0, this command gives 30.0"
     [aside] = list(out.glob("capacity-discarded-*.jsonl"))
     assert len(aside.read_text().splitlines()) == 3
+
+
+def test_controller_parameters_reach_the_lmstream_controller_and_a_resume_must_keep_them(tmp_path, fake,
+                                                                                          monkeypatch):
+    import lmstream_kit.live
+    from lmstream_kit.bench.run import _Runner
+
+    monkeypatch.setattr(lmstream_kit.live, "SparkEngine", FakeEngine)  # live.py's own name, restored after
+
+    cfg = config(controller={"quantile": 0.97, "min_margin_s": 0.5})
+    stream = _Runner(cfg, tmp_path, spark=None, meter=None, stamp="s").stream(
+        "LR2S", "lmstream", "constant", rate=1000.0, seed=0, duration_s=20.0, run_dir=tmp_path / "r")
+    assert (stream.controller.quantile, stream.controller.min_margin_s) == (0.97, 0.5)
+    default = _Runner(config(), tmp_path, spark=None, meter=None, stamp="s").stream(
+        "LR2S", "lmstream", "constant", rate=1000.0, seed=0, duration_s=20.0, run_dir=tmp_path / "d")
+    assert (default.controller.quantile, default.controller.min_margin_s) == (0.95, 0.0)
+    out = tmp_path / "b"
+    fake(make_run([], stop_at=1))
+    with pytest.raises(Interrupted):
+        run_bench(cfg, out)
+    with pytest.raises(ConfigError, match=r"its controller was \{'quantile': 0\.97, 'min_margin_s': 0\.5\}, "
+                                          r"this command gives \{\}"):
+        run_bench(config(), out, resume=True)
+
+
+@pytest.mark.parametrize(("args", "said"), [
+    (["--controller", "quantile=1.5"], "error: controller quantile must be < 1, got 1.5"),
+    (["--controller", "margin=0.5"], "error: unknown controller parameter 'margin'; known: quantile, history,"),
+    (["--controller", "catch_up=all"], "error: controller parameter 'catch_up' has an option of its own"),
+    (["--controller", "quantile"], "error: --controller takes KEY=VALUE, got 'quantile'"),
+    (["--controller", "history=ten"], "error: controller history must be"),
+])
+def test_a_bad_controller_parameter_is_one_line_before_anything_starts(tmp_path, capsys, args, said):
+    from lmstream_kit.cli import main
+
+    out = tmp_path / "b"
+    code = main(["bench", "--queries", "LR2S", *args, "--out", str(out)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1, err
+    assert err[0].startswith(said), err[0]
+    assert not out.exists()

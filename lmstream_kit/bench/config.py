@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import asdict, dataclass, field
-from typing import Callable, Mapping, Optional, Sequence
+from typing import Any, Callable, Mapping, Optional, Sequence
 
 from ..devices import check_device_mode
 from ..exceptions import ConfigError
@@ -84,6 +84,10 @@ class BenchConfig:
         The lmstream controller's service-time model.
     catch_up : {"chunks", "all"}
         How the lmstream controller admits a backlog that cannot meet the target in one batch.
+    controller : mapping of str to value
+        More parameters of the lmstream policy's :class:`~lmstream_kit.controller.AdmissionController`
+        (:data:`CONTROLLER_KEYS`), e.g. ``{"quantile": 0.97, "min_margin_s": 0.5}`` to measure a
+        margin rule; validated before anything starts.
     feed : str, optional
         ``kafka://HOST:PORT/PREFIX[?format=json|avro]``: every run (warm-ups, cells and capacity
         probes) sends its generated traffic through a topic of its own, ``PREFIX-<run>-<bench
@@ -124,6 +128,7 @@ class BenchConfig:
     tumbling_target: str = "window"
     catch_up: str = "chunks"
     service_model: str = "bytes"
+    controller: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         check_device_mode(self.device_mode)
@@ -179,6 +184,7 @@ class BenchConfig:
             raise ConfigError(f"service model must be 'bytes' or 'features', got {self.service_model!r}")
         if self.catch_up not in ("chunks", "all"):
             raise ConfigError(f"catch-up must be 'chunks' or 'all', got {self.catch_up!r}")
+        self.controller = check_controller_params(self.controller)
         if self.capacity_start is not None and not self.capacity_start > 0:
             raise ConfigError(f"capacity start rate must be > 0, got {self.capacity_start!r}")
         share = self.at_capacity
@@ -281,6 +287,50 @@ def _names(value, what: str) -> list:
     if not names:
         raise ConfigError(f"bench needs at least one of {what}")
     return names
+
+
+#: the lmstream controller's parameters a bench may set (``BenchConfig.controller``, ``bench --controller``);
+#: the others come from the workload's window or from a bench option of their own
+CONTROLLER_KEYS = ("quantile", "history", "min_margin_s", "interval_margin", "prior_processing_s",
+                   "initial_target_s", "poll_interval_s", "warmup")
+_CONTROLLER_OPTIONS = {"catch_up": "catch_up (bench --catch-up)", "service_model": "service_model (--service-model)",
+                       "tumbling_target": "tumbling_target (--tumbling-target)"}
+
+
+def check_controller_params(params: Any) -> dict:
+    """``params`` checked as extra lmstream controller parameters: known keys, values the controller
+    accepts; a ConfigError naming the bad key or value.
+
+    >>> check_controller_params({"quantile": 0.97, "min_margin_s": 0.5})
+    {'quantile': 0.97, 'min_margin_s': 0.5}
+    >>> check_controller_params({"quantile": 1.5})
+    Traceback (most recent call last):
+    ...
+    lmstream_kit.exceptions.ConfigError: controller quantile must be < 1, got 1.5
+    >>> check_controller_params({"catch_up": "all"})
+    Traceback (most recent call last):
+    ...
+    lmstream_kit.exceptions.ConfigError: controller parameter 'catch_up' has an option of its own: catch_up (bench --catch-up)
+    """
+    from ..controller import AdmissionController
+
+    if params is None:
+        return {}
+    if not isinstance(params, Mapping):
+        raise ConfigError(f"controller parameters must be a mapping of name to value, got {params!r}")
+    params = dict(params)
+    for key in params:
+        if key in _CONTROLLER_OPTIONS:
+            raise ConfigError(f"controller parameter {key!r} has an option of its own: {_CONTROLLER_OPTIONS[key]}")
+        if key not in CONTROLLER_KEYS:
+            raise ConfigError(f"unknown controller parameter {key!r}; known: {', '.join(CONTROLLER_KEYS)}")
+    try:
+        AdmissionController(slide_s=1.0, **params)  # its own checks, before Spark starts
+    except ConfigError as exc:
+        raise ConfigError(f"controller {exc}") from None
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"controller parameters {params!r}: {exc}") from None
+    return params
 
 
 def _config_dict(cfg: BenchConfig) -> dict:

@@ -48,7 +48,7 @@ from ..metrics import read_jsonl
 #: it resumes: each changes what a cell (and a probe) measures
 RESUME_KEYS = ("duration_s", "speedup", "spread", "seed", "trigger_s", "master", "output", "read",
                "spark_conf", "device_mode", "optimizer", "feed", "kafka_partitions", "tumbling_target",
-               "catch_up", "service_model")
+               "catch_up", "service_model", "controller")
 #: the settings only the capacity search's probes depend on: a resume that changes one keeps the
 #: cells and starts the search over (:func:`probes_stale`)
 PROBE_KEYS = ("capacity_duration_s", "capacity_start", "capacity_max_rate")

@@ -51,7 +51,8 @@ class _Runner:
             device_mode=self.cfg.device_mode,
             optimizer=self.cfg.optimizer,
             controller={"catch_up": self.cfg.catch_up, "service_model": self.cfg.service_model,
-                        **({"tumbling_target": "paper"} if self.cfg.tumbling_target == "paper" else {})},
+                        **({"tumbling_target": "paper"} if self.cfg.tumbling_target == "paper" else {}),
+                        **self.cfg.controller},
             kafka=self.cfg.topic_uri(run_dir.name, self.stamp),
             kafka_partitions=self.cfg.kafka_partitions,
         )
