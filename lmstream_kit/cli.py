@@ -10,6 +10,7 @@ import json
 import math
 import sys
 import time
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 from typing import Optional
@@ -745,24 +746,33 @@ def cluster(workers, cores, memory):
     """
     from .engine.cluster import StandaloneCluster
 
-    from .signals import deferred_stop
-
     c = StandaloneCluster(workers=workers, cores=cores, memory=memory)
     click.echo("starting master and workers ...")
+    _serve_until_stopped(c, "cluster", lambda: f"master: {c.master_url}   logs: {c.log_dir}   (Ctrl-C stops)")
+
+
+def _serve_until_stopped(service, what: str, ready: Callable[[], str], *, running: Callable[[], bool] | None = None,
+                         exited: Callable[[], str] | None = None) -> None:
+    """Start ``service`` (a stop meanwhile is held until it is up: cut in half, it would leave a process
+    running with nobody to stop it), print ``ready()``, then wait for Ctrl-C or a stop signal, or until
+    ``running()`` is false (then a KitError with ``exited()``); the service is stopped in every case."""
+    from .signals import deferred_stop
+
     try:
-        with deferred_stop(lambda name: click.echo(f"{name}: stopping once the cluster has started ...")):
-            c.start()  # cut in half, it would leave a master or worker running with nobody to stop it
+        with deferred_stop(lambda name: click.echo(f"{name}: stopping once the {what} has started ...")):
+            service.start()
     except KeyboardInterrupt:
-        c.stop()
+        service.stop()
         raise
-    try:  # the ready line inside: a Ctrl-C right after it still stops the cluster cleanly
-        click.echo(f"master: {c.master_url}   logs: {c.log_dir}   (Ctrl-C stops)")
-        while True:
+    try:  # the ready line inside: a Ctrl-C right after it still stops the service cleanly
+        click.echo(ready())
+        while running is None or running():
             time.sleep(1)
+        raise KitError(exited() if exited is not None else f"the {what} exited")
     except KeyboardInterrupt:
         click.echo("stopping ...")
     finally:
-        c.stop()
+        service.stop()
 
 
 @cli.command()
@@ -779,25 +789,12 @@ def kafka(port, data_dir):
     """
     from .kafka import KafkaBroker
 
-    from .signals import deferred_stop
-
     broker = KafkaBroker(port=port, data_dir=data_dir)
     click.echo("starting Kafka (the first start fetches its jars from Maven Central) ...")
-    try:
-        with deferred_stop(lambda name: click.echo(f"{name}: stopping once the broker has started ...")):
-            broker.start()
-    except KeyboardInterrupt:
-        broker.stop()
-        raise
-    try:  # the ready line inside: a Ctrl-C right after it still stops the broker cleanly
-        click.echo(f"broker: {broker.bootstrap}   data and log: {broker.data_dir}   (Ctrl-C stops)")
-        while broker.running:
-            time.sleep(1)
-        raise KitError(f"the Kafka broker exited; its log: {broker.log_file}")
-    except KeyboardInterrupt:
-        click.echo("stopping ...")
-    finally:
-        broker.stop()
+    _serve_until_stopped(broker, "broker",
+                         lambda: f"broker: {broker.bootstrap}   data and log: {broker.data_dir}   (Ctrl-C stops)",
+                         running=lambda: broker.running,
+                         exited=lambda: f"the Kafka broker exited; its log: {broker.log_file}")
 
 
 @cli.group()

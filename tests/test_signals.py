@@ -64,3 +64,49 @@ def test_children_started_in_the_shield_ignore_stop_signals_and_this_process_doe
                                capture_output=True, text=True, check=True).stdout.split()
     ignored, default = str(int(signal.SIG_IGN)), str(int(signal.SIG_DFL))
     assert shielded == [ignored, ignored] and plain == [default, default]
+
+
+class _Service:
+    """What `cluster` and `kafka` serve: start, stop, and (the broker) whether it still runs."""
+
+    def __init__(self, fail_start=None, runs_for=None):
+        self.fail_start, self.runs_for = fail_start, runs_for
+        self.calls = []
+
+    def start(self):
+        self.calls.append("start")
+        if self.fail_start is not None:
+            raise self.fail_start
+
+    def stop(self):
+        self.calls.append("stop")
+
+    def running(self):
+        self.calls.append("check")
+        if isinstance(self.runs_for, BaseException):
+            raise self.runs_for
+        self.runs_for -= 1
+        return self.runs_for >= 0
+
+
+def test_a_served_process_is_stopped_however_serving_ends(monkeypatch, capsys):
+    from lmstream_kit import cli
+    from lmstream_kit.exceptions import KitError
+
+    monkeypatch.setattr(cli.time, "sleep", lambda s: None)
+    # it exits by itself: one line naming why, stopped once
+    s = _Service(runs_for=2)
+    with pytest.raises(KitError, match="^the thing exited; see its log$"):
+        cli._serve_until_stopped(s, "thing", lambda: "ready", running=s.running,
+                                 exited=lambda: "the thing exited; see its log")
+    assert s.calls == ["start", "check", "check", "check", "stop"]
+    assert capsys.readouterr().out == "ready\n"
+    # a stop signal while it serves: "stopping ...", stopped once, no error
+    s = _Service(runs_for=StopSignal(signal.SIGTERM))
+    cli._serve_until_stopped(s, "thing", lambda: "ready", running=s.running)
+    assert s.calls == ["start", "check", "stop"] and capsys.readouterr().out == "ready\nstopping ...\n"
+    # Ctrl-C during its start: stopped, and the interrupt goes on up
+    s = _Service(fail_start=KeyboardInterrupt())
+    with pytest.raises(KeyboardInterrupt):
+        cli._serve_until_stopped(s, "thing", lambda: "ready")
+    assert s.calls == ["start", "stop"] and capsys.readouterr().out == ""
