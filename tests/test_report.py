@@ -689,3 +689,14 @@ def test_claim2c_compares_sustained_throughput():
     assert not claims(no_sustained)["claim"].str.startswith("2c").any()
 
 
+
+
+def test_the_report_says_how_the_lmstream_controller_was_set():
+    results, batches, capacity, meta = full_sweep()
+    meta = {**meta, "config": {"tumbling_target": "window", "service_model": "features", "catch_up": "chunks",
+                               "controller": {"quantile": 0.97, "min_margin_s": 0.5}}}
+    line = ("- **lmstream controller**: tumbling target window, service model features, catch-up chunks; "
+            "quantile=0.97, min_margin_s=0.5")
+    assert line in reproduction_markdown(results, batches, capacity, meta).splitlines()
+    assert "quantile=0.97, min_margin_s=0.5" in build_report(results, batches, capacity, meta)
+    assert "lmstream controller" not in reproduction_markdown(results, batches, capacity, {**meta, "config": {}})

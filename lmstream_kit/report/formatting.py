@@ -154,6 +154,23 @@ def _table4_display(shares: pd.DataFrame) -> pd.DataFrame:
     return shown.reset_index()
 
 
+def controller_text(meta: Mapping | None) -> str:
+    """How the sweep's lmstream controller was set: its rules, and any parameter ``bench --controller`` gave.
+
+    >>> controller_text({"config": {"tumbling_target": "window", "service_model": "bytes", "catch_up": "chunks",
+    ...                             "controller": {"quantile": 0.97, "min_margin_s": 0.5}}})
+    'tumbling target window, service model bytes, catch-up chunks; quantile=0.97, min_margin_s=0.5'
+    >>> controller_text({})
+    '–'
+    """
+    config = (meta or {}).get("config") or {}
+    rules = [f"{label} {config[key]}" for key, label in (("tumbling_target", "tumbling target"),
+                                                          ("service_model", "service model"),
+                                                          ("catch_up", "catch-up")) if config.get(key)]
+    extra = ", ".join(f"{k}={v}" for k, v in (config.get("controller") or {}).items())
+    return "; ".join(part for part in (", ".join(rules), extra) if part) or "–"
+
+
 def _meta_items(meta: Mapping | None) -> list:
     """(label, text) pairs describing the run, in reading order."""
     meta = dict(meta or {})
@@ -200,6 +217,7 @@ def _meta_items(meta: Mapping | None) -> list:
         ("offered rate", f"{get(meta, 'rate')} rows per simulated s"),
         ("queries", get(meta, "queries")),
         ("policies", get(meta, "policies")),
+        *([("lmstream controller", ctrl)] if (ctrl := controller_text(meta)) != "–" else []),  # benches that say
         ("traffic", get(meta, "traffic")),
         ("started", get(meta, "started_at")),
         ("finished", get(meta, "finished_at")),
