@@ -699,4 +699,4 @@ def test_the_report_says_how_the_lmstream_controller_was_set():
             "quantile=0.97, min_margin_s=0.5")
     assert line in reproduction_markdown(results, batches, capacity, meta).splitlines()
     assert "quantile=0.97, min_margin_s=0.5" in build_report(results, batches, capacity, meta)
-    assert "lmstream controller" not in reproduction_markdown(results, batches, capacity, {**meta, "config": {}})
+    assert "**lmstream controller**" not in reproduction_markdown(results, batches, capacity, {**meta, "config": {}})
