@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import collections
+import json
 from pathlib import Path
 
 import pyarrow as pa
@@ -11,6 +12,7 @@ import pytest
 
 from lmstream_kit.feed.spool import Spool
 from lmstream_kit.live import LiveStream
+from lmstream_kit.metrics import load_metrics
 
 pytestmark = pytest.mark.spark
 
@@ -23,7 +25,9 @@ def test_a_restart_after_retention_deleted_committed_data_is_exactly_once(spark,
     run = tmp_path / "retained"
     # the most eager retention: every committed dataset goes after the next batch
     kw = dict(policy="lmstream", traffic="constant", rate=300, speedup=10, run_dir=run, spark=spark,
-              retention={"max_age_s": 0.0, "keep_batches": 0})
+              retention={"max_age_s": 0.0, "keep_batches": 0,
+                         # and the journals: metrics.jsonl rotated every few batches, parts deleted at once
+                         "journal_bytes": 4096, "journal_age_s": 0.0})
     first = LiveStream("PASSTHROUGH", **kw).start()
     first.wait(batches=5, timeout=120)
     first.stop(drain=False)  # admitted-but-unprocessed and pending datasets stay behind
@@ -46,3 +50,11 @@ def test_a_restart_after_retention_deleted_committed_data_is_exactly_once(spark,
     assert len(set(zip(*(out[c].to_pylist() for c in out.column_names)))) == out.num_rows
     fields = [r for r in second.records if r.get("spool_first_seq") is not None]
     assert fields and fields[-1]["spool_bytes"] >= 0
+
+    # the metrics journal was rotated and its old parts deleted, yet run.json's totals count every batch
+    released = json.loads((run / "metrics.released.json").read_text())
+    assert released["parts"] > 0 and released["batches"] > 0
+    info = json.loads((run / "run.json").read_text())
+    assert info["rows_processed"] == sum(want.values()) == info["feed_rows"], (info, released)
+    kept = load_metrics(run)
+    assert len(kept) + released["batches"] == info["batches"], (len(kept), released, info["batches"])
