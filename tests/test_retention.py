@@ -317,3 +317,24 @@ def test_housekeeping_is_not_drawn_by_views_but_stays_settable():
         assert obj.controls() == []
         obj.set_param(name, value)
         assert getattr(obj, name) == value
+
+
+def test_a_writer_that_reopens_a_retained_spool_holds_only_what_was_kept(tmp_path):
+    """A restart after weeks parses the index once but keeps in memory only the datasets retention kept;
+    the totals stay whole and appends go on at the right sequence number.  A reader keeps every line."""
+    sp = _spool(tmp_path, n=6)
+    kept_bytes = sp.kept_bytes
+    sp.release(4)
+    sp.close()
+    again = Spool(sp.root, create=True)
+    assert (again._base, len(again._infos), again.first_seq) == (4, 2, 4)
+    assert (again.end_seq, again.total_rows(), again.total_rows(0, 5), again.total_rows(4)) == (6, 60, 50, 20)
+    assert again.kept_bytes == sp.kept_bytes < kept_bytes
+    assert [i.seq for i in again.datasets(4)] == [4, 5]
+    assert again.append(pa.table({"x": pa.array([1, 2, 3], pa.int64())})).seq == 6
+    assert again.total_rows() == 63 and again.total_rows(4) == 23
+    with pytest.raises(SpoolError, match="spool dataset 2 at .* was released by retention"):
+        again.datasets(2, 5)
+    again.close()
+    reader = Spool(sp.root, create=False)
+    assert [i.seq for i in reader.datasets()] == list(range(7)) and reader.total_rows() == 63

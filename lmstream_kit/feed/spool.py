@@ -731,6 +731,13 @@ class Spool:
                     raise SpoolError(
                         f"spool index {index_path} jumps from seq {expected - 1} to {info.seq}"
                     )
+                if self.writable and not self._infos and info.seq < self._first_seq:
+                    # released before this writer opened the spool: only its totals stay in memory,
+                    # so that a restart after weeks holds the datasets it may read, not every line
+                    self._cum_rows[0] += info.rows
+                    self._cum_bytes[0] += info.nbytes
+                    self._base += 1
+                    continue
                 self._add(info)
                 new.append(info)
             self._offset += end + 1
