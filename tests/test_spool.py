@@ -249,3 +249,23 @@ def test_empty_table_is_a_dataset_with_no_rows(spool):
     assert info.rows == 0
     assert spool.read_table().num_rows == 0
     assert spool.read_table().schema.equals(SCHEMA)
+
+
+def test_the_index_is_parsed_in_blocks_with_lines_across_block_ends(spool, monkeypatch):
+    """A long index is read a block at a time: a line cut by a block's end is parsed whole with the next
+    block, and a torn last line (a writer mid-append) waits for its end."""
+    import lmstream_kit.feed.spool as S
+
+    for i in range(7):
+        spool.append(rows(i, 1 + i))
+    monkeypatch.setattr(S, "_INDEX_BLOCK", 37)  # shorter than a line: every line crosses block ends
+    reader = Spool(spool.root, create=False)
+    assert [i.seq for i in reader.datasets()] == list(range(7)) and reader.total_rows() == 28
+    index = os.path.join(spool.root, "index.jsonl")
+    line = json.dumps({**json.loads(open(index).readline()), "seq": 7, "rows": 5, "path": "data/x.arrow"})
+    with open(index, "a") as f:
+        f.write(line[:30])  # torn: no newline yet
+    assert reader.refresh() == [] and reader.end_seq == 7
+    with open(index, "a") as f:
+        f.write(line[30:] + "\n")
+    assert [i.seq for i in reader.refresh()] == [7] and reader.total_rows() == 33

@@ -63,6 +63,7 @@ __all__ = [
 SPOOL_FORMAT_VERSION = 1
 _META = "meta.json"
 _INDEX = "index.jsonl"
+_INDEX_BLOCK = 8 << 20  # bytes of the index parsed at a time
 _RETAINED = "retained.json"
 _DATA = "data"
 
@@ -702,46 +703,58 @@ class Spool:
         """
         with self._lock:
             index_path = self._full(_INDEX)
+            new: list[DatasetInfo] = []
             try:
                 with self.filesystem.open_input_file(index_path) as f:
                     size = f.size()
                     if size <= self._offset:
                         return []
                     f.seek(self._offset)
-                    chunk = f.read(size - self._offset)
+                    carry, left = b"", size - self._offset
+                    while left > 0:  # in blocks: a week-long index is not held whole while it is parsed
+                        block = f.read(min(_INDEX_BLOCK, left))
+                        if not block:
+                            break
+                        left -= len(block)
+                        data = carry + block
+                        end = data.rfind(b"\n")
+                        if end < 0:
+                            carry = data
+                            continue
+                        self._parse_lines(data[: end + 1], index_path, new)
+                        self._offset += end + 1
+                        carry = data[end + 1:]
             except FileNotFoundError as exc:
                 raise SpoolError(f"spool index {index_path} is missing") from exc
             except (pa.ArrowException, OSError) as exc:
                 raise SpoolError(f"cannot read spool index {index_path}: {one_line(exc)}") from exc
-            end = chunk.rfind(b"\n")
-            if end < 0:
-                return []
-            new: list[DatasetInfo] = []
-            for raw in chunk[: end + 1].splitlines():
-                if not raw.strip():
-                    continue
-                expected = self._next_seq()
-                try:
-                    info = DatasetInfo.from_json(json.loads(raw))
-                except (ValueError, KeyError, TypeError) as exc:
-                    raise SpoolError(
-                        f"corrupt line for dataset {expected} in spool index {index_path}: {one_line(exc)}"
-                    ) from exc
-                if info.seq != expected:
-                    raise SpoolError(
-                        f"spool index {index_path} jumps from seq {expected - 1} to {info.seq}"
-                    )
-                if self.writable and not self._infos and info.seq < self._first_seq:
-                    # released before this writer opened the spool: only its totals stay in memory,
-                    # so that a restart after weeks holds the datasets it may read, not every line
-                    self._cum_rows[0] += info.rows
-                    self._cum_bytes[0] += info.nbytes
-                    self._base += 1
-                    continue
-                self._add(info)
-                new.append(info)
-            self._offset += end + 1
             return new
+
+    def _parse_lines(self, chunk: bytes, index_path: str, new: list[DatasetInfo]) -> None:
+        """Add the entries of the complete index lines in ``chunk`` (those held go to ``new`` too)."""
+        for raw in chunk.splitlines():
+            if not raw.strip():
+                continue
+            expected = self._next_seq()
+            try:
+                info = DatasetInfo.from_json(json.loads(raw))
+            except (ValueError, KeyError, TypeError) as exc:
+                raise SpoolError(
+                    f"corrupt line for dataset {expected} in spool index {index_path}: {one_line(exc)}"
+                ) from exc
+            if info.seq != expected:
+                raise SpoolError(
+                    f"spool index {index_path} jumps from seq {expected - 1} to {info.seq}"
+                )
+            if self.writable and not self._infos and info.seq < self._first_seq:
+                # released before this writer opened the spool: only its totals stay in memory,
+                # so that a restart after weeks holds the datasets it may read, not every line
+                self._cum_rows[0] += info.rows
+                self._cum_bytes[0] += info.nbytes
+                self._base += 1
+                continue
+            self._add(info)
+            new.append(info)
 
     @property
     def end_seq(self) -> int:
