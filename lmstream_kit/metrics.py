@@ -24,6 +24,7 @@ this module imports pyspark.
 
 from __future__ import annotations
 
+import collections
 import gzip
 import json
 import math
@@ -32,12 +33,12 @@ import re
 import threading
 import zlib
 from pathlib import Path
-from typing import Any, Mapping, Optional, Sequence
+from typing import Any, Iterator, Mapping, Optional, Sequence
 
 from .exceptions import ConfigError
 from .record import FIELD_DOCS, BatchRecord, summarize
 
-__all__ = ["batch_key", "batch_record", "has_journal", "journal_parts", "load_metrics", "part_order",
+__all__ = ["batch_key", "batch_record", "has_journal", "iter_jsonl", "iter_part", "journal_parts", "load_metrics", "part_order",
            "read_journal", "read_jsonl", "read_part", "read_released", "read_run_info", "remove_unused_run_dir",
            "summarize", "write_run_info", "CorruptLineError", "JsonlWriter", "METRICS_FILE", "PROGRESS_FILE", "RELEASED_FILE", "RUN_FILE"]
 
@@ -254,27 +255,43 @@ def read_jsonl(path: os.PathLike | str) -> list[dict]:
         For a line in the middle that is neither a record nor a cut one (one line, naming the
         file and the line number), or a ``.gz`` file that is not whole.
     """
+    return list(iter_jsonl(path))
+
+
+def iter_jsonl(path: os.PathLike | str) -> Iterator[dict]:
+    """:func:`read_jsonl`'s records one at a time, so that a large journal part is never held whole
+    (``fold_released``, ``processed_totals`` and a restart's tail read parts of 64 MiB this way).
+
+    >>> import tempfile
+    >>> f = Path(tempfile.mkdtemp()) / "m.jsonl"; _ = f.write_text('{"b": 0}\\n{"b": 1}\\n{"b"')
+    >>> [r["b"] for r in iter_jsonl(f)], list(iter_jsonl(f.with_name("none.jsonl")))
+    ([0, 1], [])
+    """
     try:
-        return _read_records(Path(path))
+        yield from _iter_records(Path(path))
     except (FileNotFoundError, NotADirectoryError):
-        return []
+        return
 
 
 def _read_records(path: Path) -> list[dict]:
     """:func:`read_jsonl`, but a file that does not exist raises FileNotFoundError."""
+    return list(_iter_records(path))
+
+
+def _iter_records(path: Path) -> Iterator[dict]:
+    """The records of ``path`` one at a time; a file that does not exist raises FileNotFoundError."""
     compressed = path.suffix == ".gz"
     fh = gzip.open(path, "rb") if compressed else open(path, "rb")  # noqa: SIM115 - closed by the with below
     try:
         with fh:
-            return _parse_lines(fh, path)
+            yield from _parse_lines(fh, path)
     except (EOFError, zlib.error, gzip.BadGzipFile) as exc:
         if not compressed:
             raise
         raise CorruptLineError(f"{path} is not a whole gzip file: {exc}") from None
 
 
-def _parse_lines(fh: Any, path: Path) -> list[dict]:
-    out = []
+def _parse_lines(fh: Any, path: Path) -> Iterator[dict]:
     for number, raw in enumerate(fh, start=1):
         last = not raw.endswith(b"\n")  # only the last line can lack its newline
         try:
@@ -286,15 +303,17 @@ def _parse_lines(fh: Any, path: Path) -> list[dict]:
         error: Any = undecodable
         if undecodable is None:
             try:
-                out.append(json.loads(text))
-                continue
+                record = json.loads(text)
             except ValueError as exc:
                 error = exc
+            else:
+                yield record
+                continue
         if last:
             continue  # a writer died mid-line
         start, record = _record_after_cut(text)
         if record is not None and (undecodable is None or "\ufffd" not in text[start:]):
-            out.append(record)  # after what a writer killed mid-line left
+            yield record  # after what a writer killed mid-line left
             continue
         if _is_cut_record(text):
             continue  # a writer died mid-line, and the next one ended the line
@@ -305,7 +324,6 @@ def _parse_lines(fh: Any, path: Path) -> list[dict]:
         shown = text.strip()
         shown = shown if len(shown) <= 60 else shown[:57] + "..."
         raise CorruptLineError(f"{path}, line {number}: {why}: {shown!r}") from error
-    return out
 
 
 #: a rotated part's name after its journal's stem: ``.<UTC stamp>[-N]<suffix>[.gz]``
@@ -369,13 +387,22 @@ def has_journal(path: os.PathLike | str) -> bool:
 def read_part(part: os.PathLike | str) -> list[dict]:
     """The records of a rotated part (:func:`journal_parts`); one gzipped since it was listed is
     read from its ``.gz``, one deleted since has none."""
+    return list(iter_part(part))
+
+
+def iter_part(part: os.PathLike | str) -> Iterator[dict]:
+    """:func:`read_part`'s records one at a time."""
     part = Path(part)
     try:
-        return _read_records(part)
+        records = _iter_records(part)
+        first = next(records, None)  # opens the file: FileNotFoundError here, before anything is yielded
     except FileNotFoundError:
-        if part.suffix == ".gz":
-            return []
-    return read_jsonl(part.with_name(part.name + ".gz"))
+        if part.suffix != ".gz":
+            yield from iter_jsonl(part.with_name(part.name + ".gz"))
+        return
+    if first is not None:
+        yield first
+        yield from records
 
 
 def read_journal(path: os.PathLike | str, *, tail: int | None = None) -> list[dict]:
@@ -413,15 +440,19 @@ def read_journal(path: os.PathLike | str, *, tail: int | None = None) -> list[di
         return out
     if tail == 0:
         return []
-    chunks = [read_jsonl(path)]
+    chunks = [_newest(iter_jsonl(path), tail)]  # at most ``tail`` records of a file are held at a time
     held = len(chunks[0])
     for part in reversed(parts):
         if held >= tail:
             break
-        chunks.append(read_part(part))
+        chunks.append(_newest(iter_part(part), tail - held))
         held += len(chunks[-1])
-    out = [record for chunk in reversed(chunks) for record in chunk]
-    return out[-tail:]
+    return [record for chunk in reversed(chunks) for record in chunk]
+
+
+def _newest(records: Iterator[dict], n: int) -> list[dict]:
+    """The last ``n`` of ``records``, holding no more than ``n`` at a time."""
+    return list(collections.deque(records, maxlen=n))
 
 
 def batch_key(record: Any) -> tuple | None:

@@ -47,8 +47,8 @@ from .metrics import (
     RELEASED_FILE,
     batch_key,
     journal_parts,
+    iter_part,
     part_order,
-    read_jsonl,
     read_released,
 )
 from .protocol import BATCH, BatchController, Param
@@ -242,7 +242,7 @@ def fold_released(part: str | os.PathLike) -> dict:
     last_key = tuple(released["last_key"]) if released.get("last_key") is not None else None
     rows: dict[tuple, int] = {}
     newest = None
-    for record in read_jsonl(part):
+    for record in iter_part(part):  # one record at a time: a 64 MiB part is never held whole
         k = batch_key(record)
         if k is not None:
             rows[k] = int(record.get("rows") or 0)

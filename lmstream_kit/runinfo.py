@@ -14,7 +14,7 @@ from typing import Any
 
 from . import __version__
 from .exceptions import ConfigError
-from .metrics import METRICS_FILE, batch_key, journal_parts, part_order, read_jsonl, read_part, read_released
+from .metrics import METRICS_FILE, batch_key, iter_jsonl, iter_part, journal_parts, part_order, read_released
 from .record import controller_target_s
 
 __all__ = ["final_run_info", "processed_totals", "recorded_workload", "run_info"]
@@ -71,7 +71,7 @@ def processed_totals(metrics_path: os.PathLike | str) -> dict:
         rows: dict[tuple, int] = {}
         parts = [p for p in journal_parts(path) if done is None or part_order(p) > done]
         for source in [*parts, path]:  # a part folded but not yet deleted is counted once
-            for record in (read_jsonl(source) if source is path else read_part(source)):
+            for record in (iter_jsonl(source) if source is path else iter_part(source)):  # never a part whole
                 key = batch_key(record)
                 if key is not None:
                     rows[key] = int(record.get("rows") or 0)
