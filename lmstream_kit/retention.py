@@ -30,6 +30,8 @@ from __future__ import annotations
 
 import calendar
 import collections
+import ctypes
+import ctypes.util
 import gzip
 import json
 import os
@@ -55,7 +57,7 @@ from .protocol import BATCH, BatchController, Param
 from .units import parse_bytes, parse_duration
 
 __all__ = ["DEFAULT_RETENTION", "JOURNAL_COMPRESS_AFTER_S", "SpoolRetention", "fold_released", "make_retention",
-           "release_point", "retention_from_spec", "rotate_dead_letter", "rotate_journal"]
+           "release_point", "retention_from_spec", "rotate_dead_letter", "rotate_journal", "trim_freed_memory"]
 
 #: the defaults, documented in the README: committed data older than an hour goes, 100 batches
 #: behind the committed offset stay, dead letters rotate at 64 MiB and rotated parts live a week;
@@ -69,6 +71,15 @@ DEFAULT_RETENTION: Mapping[str, Any] = {
     "journal_bytes": 64 * 2**20,
     "journal_age_s": 30 * 86400.0,
 }
+
+#: the copy buffer of a part being gzipped: small, so that the retention thread's malloc arena
+#: stays small (a 1 MiB buffer left about 3.7 MiB resident after each gzip of a 4 MiB part)
+GZIP_BUFFER_BYTES = 1 << 16
+
+#: how often (seconds, at most) the retention thread gives the C allocator's freed memory back to
+#: the system (:func:`trim_freed_memory`; about 0.3 ms a time); also after every sweep that gzipped,
+#: rotated or deleted a journal part
+TRIM_EVERY_S = 60.0
 
 #: a rotated journal part is gzipped once this long has passed since it was rotated and last
 #: written: a writer that raced the rename has ended its line by then
@@ -201,7 +212,7 @@ def _gzip_part(part: Path, mtime: float) -> None:
     try:
         with open(part, "rb") as src, open(tmp, "wb") as raw:
             with gzip.GzipFile(filename=part.name, mode="wb", fileobj=raw, mtime=int(mtime)) as out:
-                shutil.copyfileobj(src, out, 1 << 20)
+                shutil.copyfileobj(src, out, GZIP_BUFFER_BYTES)
             raw.flush()
             os.fsync(raw.fileno())
         os.utime(tmp, (mtime, mtime))
@@ -210,6 +221,39 @@ def _gzip_part(part: Path, mtime: float) -> None:
         tmp.unlink(missing_ok=True)  # a full disk keeps no half-written copy
         raise
     part.unlink()
+
+
+_TRIM: Callable[[int], int] | None | bool = False  # not looked up yet
+
+
+def trim_freed_memory() -> bool:
+    """Give the C allocator's freed memory back to the system (glibc's ``malloc_trim(0)``); returns
+    whether it could (False where the C library has no such call, as on macOS or musl).
+
+    A sweep that gzips or folds a journal part allocates a few MiB in the retention thread and
+    frees them; glibc keeps freed memory in that thread's arena, so the driver's resident memory
+    stepped up by about 2 MiB at a part's gzip in a soak, and stayed there.  Trimming after such a
+    sweep returns it (measured: +3.7 MiB kept after gzipping and folding a 4 MiB part in a thread;
+    -0.8 MiB with the small buffer and the trim).
+
+    >>> isinstance(trim_freed_memory(), bool)
+    True
+    """
+    global _TRIM
+    if _TRIM is False:
+        _TRIM = None
+        try:
+            libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+            trim = getattr(libc, "malloc_trim", None)
+            if trim is not None:
+                trim.argtypes, trim.restype = [ctypes.c_size_t], ctypes.c_int
+                _TRIM = trim
+        except OSError:
+            _TRIM = None
+    if _TRIM is None:
+        return False
+    _TRIM(0)
+    return True
 
 
 def fold_released(part: str | os.PathLike) -> dict:
@@ -422,6 +466,7 @@ class SpoolRetention(BatchController):
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
+        self._trimmed_at = time.monotonic()
         #: totals so far: datasets and bytes deleted, sweeps run, manifest entries dropped, dead-letter
         #: rotations, and the metrics journals' parts rotated, gzipped and deleted
         self.released_datasets = 0
@@ -432,6 +477,7 @@ class SpoolRetention(BatchController):
         self.journal_rotations = 0
         self.journal_compressions = 0
         self.journal_deletions = 0
+        self.trims = 0  # times freed memory was given back (trim_after)
         self.error: str | None = None  # the last sweep's failure (the stream goes on), or None
 
     # ------------------------------------------------------------- live parameters
@@ -492,10 +538,27 @@ class SpoolRetention(BatchController):
             if self._stop.is_set():
                 return
             try:
-                self.sweep()
+                done = self.sweep()
                 self.error = None
+                self.trim_after(done)
             except Exception as exc:  # noqa: BLE001 - retention must never stop the stream; said in status()
                 self.error = one_line(exc)
+
+    def trim_after(self, done: Mapping[str, Any], now: float | None = None) -> bool:
+        """Give freed memory back (:func:`trim_freed_memory`) after the sweep that did ``done``, where
+        it gzipped, rotated or deleted a journal part or rotated the dead letters, else at most once
+        per :data:`TRIM_EVERY_S`; returns whether it trimmed.  Without it a driver that runs for
+        days kept each gzip's buffers, and its resident memory crept by about 2 MiB an hour with
+        the Python heap flat (soak, issue 16)."""
+        now = time.monotonic() if now is None else float(now)
+        heavy = bool(done.get("journal_compressed") or done.get("journal_deleted") or done.get("journal_rotated")
+                     or done.get("dead_letter_rotated"))
+        if not heavy and now - self._trimmed_at < TRIM_EVERY_S:
+            return False
+        self._trimmed_at = now
+        self.trims += 1
+        trim_freed_memory()
+        return True
 
     def sweep(self, now: float | None = None) -> dict:
         """Apply the policy once, up to the floor: returns what it deleted (also counted in totals)."""

@@ -338,3 +338,29 @@ def test_a_writer_that_reopens_a_retained_spool_holds_only_what_was_kept(tmp_pat
     again.close()
     reader = Spool(sp.root, create=False)
     assert [i.seq for i in reader.datasets()] == list(range(7)) and reader.total_rows() == 63
+
+
+def test_freed_memory_is_given_back_after_a_journal_part_is_gzipped_and_else_once_a_minute(monkeypatch):
+    from lmstream_kit import retention
+
+    calls = []
+    monkeypatch.setattr(retention, "trim_freed_memory", lambda: calls.append(1) or True)
+    r = SpoolRetention()
+    r._trimmed_at = 1000.0
+    quiet = {"journal_compressed": 0, "journal_deleted": 0, "journal_rotated": 0, "dead_letter_rotated": False}
+    assert r.trim_after(quiet, now=1000.0 + retention.TRIM_EVERY_S - 1) is False
+    assert r.trim_after({**quiet, "journal_compressed": 1}, now=1000.0 + retention.TRIM_EVERY_S - 1) is True
+    assert r.trim_after(quiet, now=1000.0 + retention.TRIM_EVERY_S) is False  # counted from the last trim
+    assert r.trim_after(quiet, now=1000.0 + 2 * retention.TRIM_EVERY_S) is True
+    assert r.trim_after({**quiet, "dead_letter_rotated": True}, now=1000.0 + 2 * retention.TRIM_EVERY_S) is True
+    assert len(calls) == 3 and r.trims == 3
+
+
+def test_trimming_freed_memory_works_on_this_c_library_or_says_it_cannot():
+    import ctypes.util
+
+    from lmstream_kit.retention import trim_freed_memory
+
+    has_glibc = bool(ctypes.util.find_library("c")) and hasattr(ctypes.CDLL(ctypes.util.find_library("c")),
+                                                                "malloc_trim")
+    assert trim_freed_memory() is has_glibc
