@@ -32,6 +32,7 @@ import calendar
 import collections
 import ctypes
 import ctypes.util
+import functools
 import gzip
 import json
 import os
@@ -223,7 +224,16 @@ def _gzip_part(part: Path, mtime: float) -> None:
     part.unlink()
 
 
-_TRIM: Callable[[int], int] | None | bool = False  # not looked up yet
+@functools.cache
+def _malloc_trim() -> Callable[[int], int] | None:
+    """glibc's ``malloc_trim``, looked up once; None where the C library has none."""
+    try:
+        trim = getattr(ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6"), "malloc_trim", None)
+    except OSError:
+        return None
+    if trim is not None:
+        trim.argtypes, trim.restype = [ctypes.c_size_t], ctypes.c_int
+    return trim
 
 
 def trim_freed_memory() -> bool:
@@ -239,20 +249,10 @@ def trim_freed_memory() -> bool:
     >>> isinstance(trim_freed_memory(), bool)
     True
     """
-    global _TRIM
-    if _TRIM is False:
-        _TRIM = None
-        try:
-            libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-            trim = getattr(libc, "malloc_trim", None)
-            if trim is not None:
-                trim.argtypes, trim.restype = [ctypes.c_size_t], ctypes.c_int
-                _TRIM = trim
-        except OSError:
-            _TRIM = None
-    if _TRIM is None:
+    trim = _malloc_trim()
+    if trim is None:
         return False
-    _TRIM(0)
+    trim(0)
     return True
 
 
@@ -611,12 +611,13 @@ class SpoolRetention(BatchController):
         return done
 
     def status(self) -> dict:
-        """Totals so far, the floor, and the last sweep's failure (None when it went well)."""
+        """Totals so far (``trims``: times freed memory was given back), the floor, and the last
+        sweep's failure (None when it went well)."""
         return {"sweeps": self.sweeps, "released_datasets": self.released_datasets,
                 "released_bytes": self.released_bytes, "manifest_dropped": self.manifest_dropped,
                 "dead_letter_rotations": self.dead_letter_rotations, "journal_rotations": self.journal_rotations,
                 "journal_compressions": self.journal_compressions, "journal_deletions": self.journal_deletions,
-                "floor": self._floor, "error": self.error}
+                "trims": self.trims, "floor": self._floor, "error": self.error}
 
     def close(self) -> None:
         self._stop.set()
