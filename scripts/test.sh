@@ -24,6 +24,7 @@ case "$line" in
                tests/test_session_logging.py tests/test_swap_spark.py tests/test_chaos_reconfigure.py
                tests/test_flumina_spark.py tests/test_flumina_workload.py tests/test_signals_spark.py
                tests/test_cli.py::test_reconfigure_changes_a_running_stream_from_another_process
+               tests/test_chaos_input.py::test_kill_9_while_files_land_loses_and_doubles_no_row
                -m "(spark or cluster) and not slow and not timing") ;;
   *) echo "error: unknown Spark line '$line' (use 4.1 or 4.3)" >&2; exit 2 ;;
 esac

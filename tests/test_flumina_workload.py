@@ -151,8 +151,10 @@ def test_workers_rescale_tags_migrate_and_the_logic_swaps_while_the_stream_runs(
         raise ValueError(f"no update for {event.tag}")
 
     run = tmp_path / "live"
+    # 30 wall s of feed: every change below waits for data batches after it, and on a loaded CI
+    # machine the changes outlasted a 16 s feed (the last wait then found no batch to wait for)
     s = LiveStream(flumina_workload("value_barrier", parallelism=2, shards=3, sync_every=300, bound_s=4.0),
-                   policy="lmstream", traffic="constant", rate=1000, speedup=4, duration_s=64, trigger_s=1,
+                   policy="lmstream", traffic="constant", rate=1000, speedup=4, duration_s=120, trigger_s=1,
                    run_dir=run, spark=spark).start()
     try:
         control = next(c for c in s.controllers if isinstance(c, FluminaControl))

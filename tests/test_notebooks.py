@@ -345,7 +345,11 @@ def check_backlogs_and_windows(nb, run_dir: Path, summary: dict) -> None:
     assert whole["spans"][0] == [0, backlog] or whole["spans"][0][1] >= backlog, whole["spans"]
     held = [s for s in chunks["spans"] if s[0] < backlog]
     assert len(held) >= 2 and chunks["reasons"][0] == "catch-up", chunks
-    assert sum(x is not None for x in chunks["catch_up_s"]) == 1, chunks["catch_up_s"]
+    # the batch that drains the restart's backlog is the first one timed; on a loaded machine a
+    # slow batch can let a second backlog gather later, which is caught up with and timed again
+    timed = [i for i, x in enumerate(chunks["catch_up_s"]) if x is not None]
+    assert timed and chunks["reasons"][timed[0]] != "catch-up", chunks
+    assert all(r == "catch-up" for r in chunks["reasons"][:timed[0]]), chunks
     windows = summary["windows"]
     assert {"window", "emit"} <= set(windows["lmstream, window target"]["reasons"]), windows
     for label, run in windows.items():  # 200 s of a 60 s window: [0, 60), [60, 120) and [120, 180) close
