@@ -820,6 +820,26 @@ def jars_fetch(names):
         click.echo(f"{name}: {len(found)} jars in {found[0].parent if found else cache_dir()}")
 
 
+@cli.command("class-archive")
+@click.option("--rebuild", is_flag=True, help="Build it again even where it is there.")
+@click.option("--remove", is_flag=True, help="Delete it: Spark's driver starts the ordinary way again.")
+def class_archive(rebuild, remove):
+    """Build the Spark driver's class-data archive: the kit's sessions start in about half the time.
+
+    Java's class-data sharing keeps Spark's classes parsed and verified in one file (kept in
+    ~/.cache/lmstream_kit/jvm, one per Java runtime and PySpark version) that every later driver
+    maps instead of reading them from Spark's jars. Building it runs a short stream (about a
+    minute). LMSTREAM_CLASS_ARCHIVE=0 turns its use off.
+    """
+    from .engine.classarchive import build_archive, remove_archive
+
+    if remove:
+        gone = remove_archive()
+        click.echo(f"removed {gone}" if gone else "no class-data archive to remove")
+        return
+    build_archive(force=rebuild, say=click.echo)
+
+
 def main(argv: Optional[list[str]] = None) -> int:
     from .signals import StopSignal, stop_signals
 

@@ -18,6 +18,7 @@ from typing import Mapping, Optional, Sequence
 from ..exceptions import EngineError, one_line
 from ..signals import shielded_children
 from ..jars import find_java  # noqa: F401  (here since the engine came first)
+from .classarchive import archive_options
 
 #: confs applied to every session the kit creates; callers can override any
 DEFAULT_CONF: dict[str, str] = {
@@ -53,13 +54,16 @@ LOG4J_CONFIG = Path(__file__).with_name("log4j2.properties")
 
 
 def driver_java_options(extra: str | None = None) -> str:
-    """The driver's JVM options: :data:`DRIVER_JAVA_OPTIONS`, the log configuration, then ``extra``
-    (the caller's ``spark.driver.extraJavaOptions``), whose collector replaces :data:`DRIVER_COLLECTOR`."""
+    """The driver's JVM options: :data:`DRIVER_JAVA_OPTIONS`, the log configuration, the class-data
+    archive's (:func:`~lmstream_kit.engine.classarchive.archive_options`, where one is built), then
+    ``extra`` (the caller's ``spark.driver.extraJavaOptions``), whose collector replaces
+    :data:`DRIVER_COLLECTOR`."""
     options = list(DRIVER_JAVA_OPTIONS)
     if LOG4J_CONFIG.exists():
         options.append(f"-Dlog4j2.configurationFile=file:{LOG4J_CONFIG}")
     if extra and re.search(r"-XX:\+Use\w+GC\b", str(extra)):  # the caller's collector, not the kit's
         options.remove(DRIVER_COLLECTOR)
+    options.extend(archive_options(extra))  # Spark's classes from the class-data archive, where built
     if extra:
         options.append(str(extra))
     return " ".join(options)
