@@ -28,7 +28,7 @@ make_venv() {
     echo "$want" > "$stamp"
   fi
   # Spark's classes in a class-data archive, built once per Java runtime and PySpark version (about
-  # a minute): every later driver starts in about half the time. Not fatal: without it Spark
+  # a minute): every later driver starts about a third sooner. Not fatal: without it Spark
   # starts the ordinary way. LMSTREAM_CLASS_ARCHIVE=0 skips it.
   if [ "${LMSTREAM_CLASS_ARCHIVE:-1}" != "0" ]; then
     "$dir/bin/lmstream-kit" class-archive ||
