@@ -37,7 +37,8 @@ CALLER_SHARING = ("-Xshare", "SharedArchiveFile", "ArchiveClassesAtExit", "Share
 
 
 def cache_root() -> Path:
-    """``$LMSTREAM_CACHE``, else ``~/.cache/lmstream_kit`` (the jars live there too)."""
+    """``$LMSTREAM_CACHE``, else ``~/.cache/lmstream_kit``: the archives go to its ``jvm/``.  (The
+    jars' default, ``jars/``, is below the same home directory; ``$LMSTREAM_JARS`` moves them.)"""
     env = os.environ.get("LMSTREAM_CACHE")
     return Path(env) if env else Path.home() / ".cache" / "lmstream_kit"
 
