@@ -66,16 +66,20 @@ def test_an_empty_file_is_no_archive(cache):
     assert ca.archive_options() == []
 
 
-def test_the_key_follows_sparks_jars(tmp_path):
+def test_the_key_follows_sparks_jars_and_their_place(tmp_path):
     java = sys.executable  # any binary: the key reads its path and the libjvm beside it, if any
     a, b = tmp_path / "a", tmp_path / "b"
     for home in (a, b):
         (home / "jars").mkdir(parents=True)
         (home / "jars" / "spark-core.jar").write_bytes(b"x" * 10)
-    assert ca._key(java, str(a)) == ca._key(java, str(b))
-    (b / "jars" / "spark-sql.jar").write_bytes(b"y")
-    ca._key.cache_clear()
+    # the same jars at another path: the JVM would refuse the other's archive (its class path differs)
     assert ca._key(java, str(a)) != ca._key(java, str(b))
+    before = ca._key(java, str(a))
+    ca._key.cache_clear()
+    assert ca._key(java, str(a)) == before
+    (a / "jars" / "spark-sql.jar").write_bytes(b"y")
+    ca._key.cache_clear()
+    assert ca._key(java, str(a)) != before
 
 
 def test_remove_from_the_cli(cache):
