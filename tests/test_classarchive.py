@@ -20,6 +20,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def cache(tmp_path, monkeypatch):
     monkeypatch.setenv("LMSTREAM_CACHE", str(tmp_path / "cache"))
     monkeypatch.delenv("LMSTREAM_CLASS_ARCHIVE", raising=False)
+    monkeypatch.delenv("LMSTREAM_DRIVER_JAVA_OPTIONS", raising=False)  # the suite's own, set in conftest
     return tmp_path / "cache"
 
 

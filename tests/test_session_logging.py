@@ -26,11 +26,24 @@ def test_a_kit_session_starts_without_spark_log_level_lines(tmp_path):
         assert line not in out, out[-3000:]
 
 
-def test_the_drivers_collector_is_the_parallel_one_unless_the_caller_names_another():
+def test_the_drivers_collector_is_the_parallel_one_unless_the_caller_names_another(monkeypatch):
     from lmstream_kit.engine.session import driver_java_options
 
+    monkeypatch.delenv("LMSTREAM_DRIVER_JAVA_OPTIONS", raising=False)
     default = driver_java_options().split()
     assert default[:2] == ["-Xss16m", "-XX:+UseParallelGC"] and default[2].startswith("-Dlog4j2.configurationFile=")
     given = driver_java_options("-XX:+UseSerialGC -XX:TieredStopAtLevel=1").split()
     assert "-XX:+UseParallelGC" not in given and given[-2:] == ["-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1"]
     assert driver_java_options("-Xmx2g").split()[1] == "-XX:+UseParallelGC"  # no collector named: the kit's
+
+
+def test_the_environments_driver_options_come_before_the_callers(monkeypatch):
+    from lmstream_kit.engine.session import driver_java_options
+
+    monkeypatch.setenv("LMSTREAM_DRIVER_JAVA_OPTIONS", " -XX:TieredStopAtLevel=1 ")
+    assert driver_java_options("-Xmx2g").split()[-2:] == ["-XX:TieredStopAtLevel=1", "-Xmx2g"]
+    assert driver_java_options().split()[-1] == "-XX:TieredStopAtLevel=1"
+    monkeypatch.setenv("LMSTREAM_DRIVER_JAVA_OPTIONS", "-XX:+UseSerialGC")  # a collector there wins too
+    assert "-XX:+UseParallelGC" not in driver_java_options().split()
+    monkeypatch.setenv("LMSTREAM_DRIVER_JAVA_OPTIONS", "-Xshare:off")  # and so does its own sharing
+    assert not [o for o in driver_java_options().split() if "SharedArchiveFile" in o]

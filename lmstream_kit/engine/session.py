@@ -51,21 +51,29 @@ DEFAULT_CONF: dict[str, str] = {
 DRIVER_COLLECTOR = "-XX:+UseParallelGC"
 DRIVER_JAVA_OPTIONS = ("-Xss16m", DRIVER_COLLECTOR)
 LOG4J_CONFIG = Path(__file__).with_name("log4j2.properties")
+#: environment variable with JVM options for every driver the kit starts, put before the caller's
+#: own: the test suite sets ``-XX:TieredStopAtLevel=1`` there, since its drivers live a minute or
+#: two and spend their CPU compiling (a notebook's driver: 39 CPU-s with Java's optimising compiler,
+#: 22-26 without, on the 2-core VM); a long-running stream wants the default
+DRIVER_OPTIONS_ENV = "LMSTREAM_DRIVER_JAVA_OPTIONS"
 
 
 def driver_java_options(extra: str | None = None) -> str:
     """The driver's JVM options: :data:`DRIVER_JAVA_OPTIONS`, the log configuration, the class-data
-    archive's (:func:`~lmstream_kit.engine.classarchive.archive_options`, where one is built), then
-    ``extra`` (the caller's ``spark.driver.extraJavaOptions``), whose collector replaces
+    archive's (:func:`~lmstream_kit.engine.classarchive.archive_options`, where one is built),
+    ``$LMSTREAM_DRIVER_JAVA_OPTIONS``, then ``extra`` (the caller's
+    ``spark.driver.extraJavaOptions``); a collector named in either of the last two replaces
     :data:`DRIVER_COLLECTOR`."""
     options = list(DRIVER_JAVA_OPTIONS)
     if LOG4J_CONFIG.exists():
         options.append(f"-Dlog4j2.configurationFile=file:{LOG4J_CONFIG}")
-    if extra and re.search(r"-XX:\+Use\w+GC\b", str(extra)):  # the caller's collector, not the kit's
+    from_env = os.environ.get(DRIVER_OPTIONS_ENV, "").strip()
+    added = " ".join(o for o in (from_env, str(extra or "").strip()) if o)
+    if re.search(r"-XX:\+Use\w+GC\b", added):  # the caller's collector, not the kit's
         options.remove(DRIVER_COLLECTOR)
-    options.extend(archive_options(extra))  # Spark's classes from the class-data archive, where built
-    if extra:
-        options.append(str(extra))
+    options.extend(archive_options(added or None))  # Spark's classes from the class-data archive, where built
+    if added:
+        options.append(added)
     return " ".join(options)
 
 
