@@ -115,3 +115,26 @@ def test_a_driver_maps_sparks_classes_from_the_archive(tmp_path):
     shared = sum("source: shared objects file (top)" in ln for ln in spark_lines)
     from_jars = sum("source: file:" in ln or "source: jar:" in ln for ln in spark_lines)
     assert shared > 1000 and shared > 0.9 * (shared + from_jars), (shared, from_jars)
+
+
+def test_a_new_build_prunes_the_archives_no_jvm_maps_again_and_keeps_other_installations(cache, tmp_path):
+    import json
+
+    jvm = cache / "jvm"
+    mine, elsewhere, gone = tmp_path / "venv-a" / "jars", tmp_path / "venv-b" / "jars", tmp_path / "venv-c" / "jars"
+    mine.mkdir(parents=True)
+    elsewhere.mkdir(parents=True)
+
+    def archive(key, jars):
+        path = fake_archive_file(jvm / f"driver-{key}.jsa")
+        if jars is not None:
+            path.with_suffix(".json").write_text(json.dumps({"jars": str(jars)}))
+        return path
+
+    keep = archive("new", mine)
+    older_here, other, vanished, unnoted = (archive("old", mine), archive("other", elsewhere),
+                                            archive("gone", gone), archive("nonote", None))
+    assert sorted(ca.prune_stale(keep=keep)) == sorted([older_here, vanished, unnoted])
+    assert keep.is_file() and other.is_file()
+    assert {p.name for p in jvm.iterdir()} == {"driver-new.jsa", "driver-new.json", "driver-other.jsa",
+                                               "driver-other.json"}

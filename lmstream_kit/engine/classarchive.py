@@ -22,13 +22,15 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Callable
 
-__all__ = ["archive_options", "archive_path", "build_archive", "cache_root", "remove_archive"]
+__all__ = ["archive_options", "archive_path", "build_archive", "cache_root", "prune_stale", "remove_archive"]
 
 #: JVM options that silence class-data sharing's own messages (an archive that does not fit this
 #: JVM is skipped without a word: the JVM starts the ordinary way)
@@ -106,6 +108,7 @@ def remove_archive() -> Path | None:
     if not path.exists():
         return None
     path.unlink()
+    _sidecar(path).unlink(missing_ok=True)
     return path
 
 
@@ -144,12 +147,15 @@ def build_archive(*, force: bool = False, say: Callable[[str], None] = print, ti
 
     path = archive_path()
     if path.is_file() and path.stat().st_size > 0 and not force:
+        if not _sidecar(path).is_file():
+            _write_note(path)
         say(f"class-data archive: {path} (already built)")
         return path
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     say("building the driver's class-data archive: a short stream (about a minute) ...")
-    env = {**os.environ, "LMSTREAM_CLASS_ARCHIVE": "0"}
+    env = {k: v for k, v in os.environ.items() if k != "LMSTREAM_DRIVER_JAVA_OPTIONS"}  # the archive's own options only
+    env["LMSTREAM_CLASS_ARCHIVE"] = "0"
     with tempfile.TemporaryDirectory(prefix="lmstream-class-archive-") as run_dir:
         try:
             proc = subprocess.run([sys.executable, "-c", _BUILD, str(tmp), str(Path(run_dir) / "run")],
@@ -163,5 +169,40 @@ def build_archive(*, force: bool = False, say: Callable[[str], None] = print, ti
         why = lines[-1] if lines else f"exit {proc.returncode}, no archive written"
         raise EngineError(f"building the class-data archive failed: {why}")
     os.replace(tmp, path)
+    _write_note(path)
     say(f"class-data archive: {path} ({path.stat().st_size / 2**20:.0f} MiB); the kit's Spark driver starts from it")
+    for old in prune_stale(keep=path):
+        say(f"removed a stale class-data archive: {old}")
     return path
+
+
+def _sidecar(path: Path) -> Path:
+    """The archive's note: the jars directory it was built from (its class path)."""
+    return path.with_suffix(".json")
+
+
+def _write_note(path: Path) -> None:
+    _sidecar(path).write_text(json.dumps({"jars": str((_pyspark_home() / "jars").resolve()),
+                                          "built_at": round(time.time(), 3)}))
+
+
+def prune_stale(*, keep: Path) -> list[Path]:
+    """Delete the archives no JVM will map again, beside ``keep`` (the one just built): those of the
+    same jars directory (an earlier PySpark or JDK there), those whose jars directory is gone, and
+    those without a note of their directory (built before the key had it, never mapped since).
+    Archives of other, existing installations stay.  Returns the paths removed."""
+    mine = json.loads(_sidecar(keep).read_text())["jars"] if _sidecar(keep).is_file() else None
+    removed = []
+    for other in sorted(keep.parent.glob("driver-*.jsa")):
+        if other == keep:
+            continue
+        note = _sidecar(other)
+        try:
+            jars = json.loads(note.read_text())["jars"] if note.is_file() else None
+        except (OSError, ValueError, KeyError, TypeError):
+            jars = None
+        if jars is None or jars == mine or not Path(jars).is_dir():
+            other.unlink(missing_ok=True)
+            note.unlink(missing_ok=True)
+            removed.append(other)
+    return removed
