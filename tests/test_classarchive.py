@@ -81,6 +81,12 @@ def test_the_key_follows_sparks_jars_and_their_place(tmp_path):
     (a / "jars" / "spark-sql.jar").write_bytes(b"y")
     ca._key.cache_clear()
     assert ca._key(java, str(a)) != before
+    # the same jars installed again (a new venv at the same path): other times, which the JVM checks
+    before = ca._key(java, str(a))
+    jar = a / "jars" / "spark-core.jar"
+    os.utime(jar, (jar.stat().st_atime, jar.stat().st_mtime - 60))
+    ca._key.cache_clear()
+    assert ca._key(java, str(a)) != before
 
 
 def test_remove_from_the_cli(cache):

@@ -7,10 +7,11 @@ archive that the next JVM maps instead (``-XX:SharedArchiveFile``).  Measured on
 archive was ready in 0.64x the time and used 0.63x the CPU seconds on an idle machine.
 
 An archive belongs to one Java runtime and one Spark installation.  Its file name carries a key of
-both (the ``java`` binary and its ``libjvm``, PySpark's version, its jars and their directory), so
-another JDK, PySpark line or installation builds an archive of its own.  The directory matters: the
-JVM maps an archive only under the class path it was built with, and a JVM that cannot map one
-starts the ordinary way, silently, since the archive's messages are off.
+both (the ``java`` binary and its ``libjvm``, PySpark's version, its jars with their sizes and
+times, and their directory), so another JDK, PySpark line or installation builds an archive of its
+own.  The place and times matter: the JVM maps an archive only under the class path it was built
+with, jars of the same size and time, and a JVM that cannot map one starts the ordinary way,
+silently, since the archive's messages are off.
 
 ``lmstream-kit class-archive`` builds it (:func:`build_archive`): a driver starts with
 ``-XX:ArchiveClassesAtExit``, runs a short stream of the kit's so that a streaming query's classes
@@ -57,9 +58,10 @@ def _pyspark_home() -> Path:
 
 @functools.cache
 def _key(java: str, pyspark_home: str) -> str:
-    """What the archive depends on: the JVM's binaries, and Spark's jars (names and sizes) at their
-    place: the JVM maps an archive only under the class path it was built with, so a copy of the
-    same PySpark elsewhere (another venv, a clone at another path) needs its own."""
+    """What the archive depends on: the JVM's binaries, and Spark's jars at their place, with their
+    sizes and modification times: the JVM maps an archive only under the class path it was built
+    with, and checks each jar's size and time, so a copy of the same PySpark elsewhere (another
+    venv, a clone at another path) or installed again at the same place needs its own."""
     h = hashlib.sha1()
     real = Path(java).resolve()
     h.update(str(real).encode())
@@ -69,7 +71,8 @@ def _key(java: str, pyspark_home: str) -> str:
     jars = Path(pyspark_home) / "jars"
     h.update(str(jars.resolve()).encode())
     for jar in sorted(jars.glob("*.jar")) if jars.is_dir() else ():
-        h.update(f"{jar.name}:{jar.stat().st_size}".encode())
+        st = jar.stat()  # the JVM checks each class-path jar's size and modification time
+        h.update(f"{jar.name}:{st.st_size}:{int(st.st_mtime)}".encode())
     try:
         from importlib.metadata import version
 

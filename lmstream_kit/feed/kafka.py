@@ -184,7 +184,33 @@ def create_topic(ref: TopicRef, partitions: int = 1, *, timestamp: str = "LogApp
         if exc.args and exc.args[0].code() == KafkaError.TOPIC_ALREADY_EXISTS:
             return False
         raise KitError(f"cannot create topic {ref.topic} on {ref.bootstrap}: {one_line(exc)}") from exc
+    _wait_until_served(ref, partitions, timeout_s)
     return True
+
+
+def _wait_until_served(ref: TopicRef, partitions: int, timeout_s: float) -> None:
+    """Return once every partition of a new topic answers an offset query.  Creation returns before
+    the broker leads them: CI saw a query right after it fail with "Not leader for partition"."""
+    from confluent_kafka import KafkaError, KafkaException, TopicPartition
+
+    waiting = {KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE,
+               KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_PARTITION}
+    deadline = time.monotonic() + timeout_s
+    consumer = _consumer(ref.bootstrap)
+    try:
+        pending = list(range(partitions))
+        while pending:
+            try:
+                consumer.get_watermark_offsets(TopicPartition(ref.topic, pending[0]), timeout=timeout_s)
+                pending.pop(0)
+                continue
+            except KafkaException as exc:
+                if exc.args[0].code() not in waiting or time.monotonic() > deadline:
+                    raise KitError(f"topic {ref.topic} on {ref.bootstrap} was created, but its partition "
+                                   f"{pending[0]} is not served: {one_line(exc)}") from exc
+            time.sleep(0.05)
+    finally:
+        consumer.close()
 
 
 def check_reachable(ref: TopicRef, timeout_s: float = 10.0) -> bool:
