@@ -56,6 +56,11 @@ def _pyspark_home() -> Path:
     return Path(spec.origin).parent
 
 
+def _jars_dir(pyspark_home: str | Path) -> Path:
+    """Spark's jars, the driver's class path: the directory an archive is keyed by and noted with."""
+    return (Path(pyspark_home) / "jars").resolve()
+
+
 @functools.cache
 def _key(java: str, pyspark_home: str) -> str:
     """What the archive depends on: the JVM's binaries, and Spark's jars at their place, with their
@@ -68,8 +73,8 @@ def _key(java: str, pyspark_home: str) -> str:
     for lib in sorted(real.parent.parent.glob("lib/server/libjvm.*")):
         st = lib.stat()
         h.update(f"{lib.name}:{st.st_size}:{int(st.st_mtime)}".encode())
-    jars = Path(pyspark_home) / "jars"
-    h.update(str(jars.resolve()).encode())
+    jars = _jars_dir(pyspark_home)
+    h.update(str(jars).encode())
     for jar in sorted(jars.glob("*.jar")) if jars.is_dir() else ():
         st = jar.stat()  # the JVM checks each class-path jar's size and modification time
         h.update(f"{jar.name}:{st.st_size}:{int(st.st_mtime)}".encode())
@@ -185,7 +190,7 @@ def _sidecar(path: Path) -> Path:
 
 
 def _write_note(path: Path) -> None:
-    _sidecar(path).write_text(json.dumps({"jars": str((_pyspark_home() / "jars").resolve()),
+    _sidecar(path).write_text(json.dumps({"jars": str(_jars_dir(_pyspark_home())),
                                           "built_at": round(time.time(), 3)}))
 
 

@@ -198,17 +198,16 @@ def _wait_until_served(ref: TopicRef, partitions: int, timeout_s: float) -> None
     deadline = time.monotonic() + timeout_s
     consumer = _consumer(ref.bootstrap)
     try:
-        pending = list(range(partitions))
-        while pending:
-            try:
-                consumer.get_watermark_offsets(TopicPartition(ref.topic, pending[0]), timeout=timeout_s)
-                pending.pop(0)
-                continue
-            except KafkaException as exc:
-                if exc.args[0].code() not in waiting or time.monotonic() > deadline:
-                    raise KitError(f"topic {ref.topic} on {ref.bootstrap} was created, but its partition "
-                                   f"{pending[0]} is not served: {one_line(exc)}") from exc
-            time.sleep(0.05)
+        for p in range(partitions):
+            while True:
+                try:
+                    consumer.get_watermark_offsets(TopicPartition(ref.topic, p), timeout=timeout_s)
+                    break
+                except KafkaException as exc:
+                    if exc.args[0].code() not in waiting or time.monotonic() > deadline:
+                        raise KitError(f"topic {ref.topic} on {ref.bootstrap} was created, but its partition "
+                                       f"{p} is not served: {one_line(exc)}") from exc
+                time.sleep(0.05)
     finally:
         consumer.close()
 
