@@ -6,6 +6,7 @@ The kit's generator writes to the topic (``kafka=`` with traffic), or other prod
 
 from __future__ import annotations
 
+import threading
 import time
 from pathlib import Path
 
@@ -17,6 +18,7 @@ from lmstream_kit.exceptions import ConfigError
 from lmstream_kit.feed.spool import Spool
 from lmstream_kit.live import LiveStream
 from lmstream_kit.metrics import load_metrics, read_run_info
+from lmstream_kit.protocol import BatchController
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka]
 
@@ -167,9 +169,29 @@ def test_a_bench_on_kafka_runs_each_cell_through_a_topic_of_its_own(spark, kafka
     assert len(set(topics)) == 2 and all(t.startswith("bench-PASSTHROUGH-") for t in topics)
 
 
+class HoldAdmission(BatchController):
+    """Holds admission until ``release`` is set; ``asked`` is set once Spark asked while data waited."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.release = threading.Event()
+        self.asked = threading.Event()
+        self.host = None
+
+    def plugged(self, host) -> None:
+        self.host = host
+
+    def admission_held(self) -> str | None:
+        if self.release.is_set():
+            return None
+        if self.host is not None and self.host.spool.total_rows() > 0:
+            self.asked.set()
+        return "held by the test"
+
+
 def test_a_batch_whose_records_kafka_deleted_goes_on_without_them_when_asked(spark, kafka_broker, tmp_path):
-    """Under the fixed policy (a 10 s trigger): the records come after the stream's first (empty)
-    batch, are indexed, and are deleted before the next trigger admits and reads them."""
+    """The records are indexed, then deleted while a plugged-in controller holds admission, so no
+    batch can read them first (on a loaded machine a trigger once came between the two)."""
     import numpy as np
     from confluent_kafka import TopicPartition
     from confluent_kafka.admin import AdminClient
@@ -182,8 +204,9 @@ def test_a_batch_whose_records_kafka_deleted_goes_on_without_them_when_asked(spa
     workload = load_workload("PASSTHROUGH")
     sent = workload.make_rows(0, 400, np.random.default_rng(4))
     run = tmp_path / "deleted"
-    s = LiveStream("PASSTHROUGH", policy="fixed", trigger_s=50, traffic=None, run_dir=run, spark=spark,
-                   kafka=ref.uri, speedup=5, fail_on_data_loss=False)
+    hold = HoldAdmission()
+    s = LiveStream("PASSTHROUGH", policy="fixed", trigger_s=10, traffic=None, run_dir=run, spark=spark,
+                   kafka=ref.uri, speedup=5, fail_on_data_loss=False, controllers=(hold,))
     s.start()
     try:
         deadline = time.monotonic() + 120
@@ -192,10 +215,12 @@ def test_a_batch_whose_records_kafka_deleted_goes_on_without_them_when_asked(spa
         TopicWriter(ref).write(sent)  # row i to partition i % 2, at offset i // 2
         while s.spool.total_rows() < 400 and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert not [r for r in s.records if r["rows"] > 0], "the trigger came before the deletion: a slow machine"
+        assert hold.asked.wait(30), "Spark never asked for a batch while the records were held"
+        assert not [r for r in s.records if r["rows"] > 0]
         admin = AdminClient({"bootstrap.servers": ref.bootstrap})
         for future in admin.delete_records([TopicPartition(ref.topic, 0, 100)], request_timeout=30).values():
             future.result(30)  # what retention does to old segments, now
+        hold.release.set()
         s.wait(rows=400, timeout=120)  # the batch's rows: what the index holds
     finally:
         s.stop()
