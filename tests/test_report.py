@@ -429,7 +429,12 @@ def test_the_stored_sweep_shows_no_lone_lower_bound():
     assert len(cells) == 18 and all(re.fullmatch(r"[^(]+ \((not converged|none passed)[^)]*, 1 rep\)", c)
                                     for c in cells), cells
     assert table.set_index("query").loc["LR2S", "capacity_fixed"] == "1,000–1,414 (not converged, 1 rep)"
-    assert set(table["note"]) == {"1 run per rate: a bench from before repeated probes"}
+    old = "1 run per rate: a bench from before repeated probes"
+    notes = table.set_index("query")["note"]
+    assert set(notes.drop(["LR1S", "LR2S"])) == {old}
+    # where one batch of a short probe decided the failing rate, the note says so
+    assert notes["LR1S"] == f"{old}; lmstream at 707: a failed run had 1 of its 10 batches over the bound"
+    assert notes["LR2S"] == f"{old}; fixed at 1,414: a failed run had 1 of its 5 batches over the bound"
 
 
 def test_capacity_table_and_figure_when_the_search_was_skipped():

@@ -144,14 +144,41 @@ def capacity_brackets(capacity: pd.DataFrame | None) -> pd.DataFrame:
             bounds = [count.get(b, 0) for b in (lo, hi) if _finite(b)]
             reps = int(min(bounds)) if bounds else 0
             duration = _num(runs["duration_s"].iloc[0]) if "duration_s" in runs and len(runs) else math.nan
-            note = ""
+            notes = []
             if not recorded:
-                note = ("1 run per rate: a bench from before repeated probes" if count.le(1).all()
-                        else "status derived from the probes (no search recorded)")
+                notes.append("1 run per rate: a bench from before repeated probes" if count.le(1).all()
+                             else "status derived from the probes (no search recorded)")
+            notes.append(_coarse_note(policy, runs, hi))
+            note = "; ".join(n for n in notes if n)
             rows.append({"query": query, "policy": policy, "lo": lo, "hi": hi, "status": status,
                          "probes": int(len(runs)), "reps": reps, "duration_s": duration,
                          "text": _bracket_text(lo, hi, status, reps, len(runs)), "note": note})
     return pd.DataFrame(rows, columns=columns)
+
+
+def _coarse_note(policy: str, runs: pd.DataFrame, hi: float) -> str:
+    """Where a bracket's failing rate was one batch's doing: a run at it that caught up failed with a
+    single batch over the bound (a run of under 20 batches, where one batch is over 5%).
+
+    >>> runs = pd.DataFrame({"_rate": [800.0, 800.0], "_passed": [False, True], "batches": [7, 6],
+    ...                      "within_bound": [6 / 7, 1.0], "caught_up": [True, True]})
+    >>> _coarse_note("lmstream", runs, 800.0)
+    'lmstream at 800: a failed run had 1 of its 7 batches over the bound'
+    >>> _coarse_note("lmstream", runs.assign(within_bound=[5 / 7, 1.0]), 800.0)
+    ''
+    """
+    needed = {"batches", "within_bound"}
+    if not _finite(hi) or not needed <= set(runs.columns):
+        return ""
+    failed = runs[(runs["_rate"] == hi) & ~runs["_passed"]]
+    if "caught_up" in failed:
+        failed = failed[failed["caught_up"].map(lambda v: v is True or v is np.True_)]
+    batches = pd.to_numeric(failed["batches"], errors="coerce")
+    late = ((1.0 - pd.to_numeric(failed["within_bound"], errors="coerce")) * batches).round()
+    single = batches[(late == 1) & (batches > 0)]
+    if single.empty:
+        return ""
+    return f"{policy} at {hi:,.0f}: a failed run had 1 of its {int(single.min())} batches over the bound"
 
 
 def _bracket_text(lo: float, hi: float, status: str, reps: int, probes: int) -> str:
@@ -249,7 +276,8 @@ def capacity_table(capacity: pd.DataFrame | None) -> pd.DataFrame:
             for q in table["query"]
         ]
     table["note"] = [
-        "; ".join(dict.fromkeys(n for n in brackets.loc[brackets["query"] == q, "note"] if n))
+        "; ".join(dict.fromkeys(part for n in brackets.loc[brackets["query"] == q, "note"] if n
+                                for part in n.split("; ")))
         for q in table["query"]
     ]
     return table[columns + ["note"]]
