@@ -266,7 +266,11 @@ class AdmissionController(BatchController):
       only the longest prefix of ``pending`` (in spool order, oldest first)
       predicted to fit the budget (reason ``"catch-up"``); where the margin
       leaves room for no dataset, the prefix that fits ``target -
-      poll_interval``.  Before the model has seen a batch it cannot size one,
+      poll_interval``.  Where that prefix is predicted to finish late anyway (a
+      spike's backlog, its data already old), so is the chunk after it, which
+      waits for it: the prefix then grows to what fits ``target -
+      poll_interval``, one late batch instead of several, and the rest is
+      admitted sooner.  Before the model has seen a batch it cannot size one,
       so a backlog whose arrivals span more than the target is cut at the
       datasets that arrived within one target of the oldest: what a batch
       holds in steady state.  Where even the oldest dataset alone does not fit
@@ -636,6 +640,7 @@ class AdmissionController(BatchController):
                 take = self._fits(pending, dec.target_s - self._p["poll_interval_s"], dec.features)
             if take == 0:
                 return None  # the oldest dataset alone overruns the target: smaller batches cannot help
+            take = self._merge_late(pending, take, dec, oldest + dec.age_s)
         if take >= dec.n_datasets:
             return None
         chunk = pending[:take]
@@ -647,6 +652,23 @@ class AdmissionController(BatchController):
                                    features=features,
                                    estimate_s=dec.age_s + predicted + dec.margin_s + self._p["poll_interval_s"],
                                    take=take)
+
+    def _merge_late(self, pending: Sequence, take: int, dec: Decision, now: float) -> int:
+        """The first chunk's size where it is predicted late anyway (lock held).
+
+        A chunk of ``take`` datasets, the most that fit the budget, is late when its predicted
+        completion plus the margin is more than the target after its oldest arrival (a spike's
+        backlog: its data already old).  The chunk after it is then late too: it waits for this
+        one, and the two together do not fit the budget.  So the late chunks merge into one batch,
+        as far as it is predicted to fit ``target - poll_interval``: one late batch, not one per
+        chunk, with their per-batch costs paid once, so the rest is admitted sooner.
+        """
+        target, poll = dec.target_s, self._p["poll_interval_s"]
+        first = pending[:take]
+        finish = now + self._predict(sum(d.nbytes for d in first), dec.features) + poll
+        if finish - min(d.arrival for d in first) + dec.margin_s <= target + _TIE_EPS_S:
+            return take
+        return max(take, self._fits(pending, target - poll, dec.features))
 
     # -- learning ----------------------------------------------------------
     def observe(self, obs: BatchObservation) -> None:

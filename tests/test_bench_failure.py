@@ -36,6 +36,9 @@ class FakeEngine:
     def java_version(self):
         return "fake"
 
+    def jvm_exited(self):
+        return None  # the JVM runs on: a failure of the stream's
+
 
 def fake_run(self, query, policy, traffic, *, rate, seed, duration_s, run_dir, catch_up_s=None):
     """Writes two batches to the run's metrics (as a stream does as it goes); fixed then fails."""
@@ -45,6 +48,8 @@ def fake_run(self, query, policy, traffic, *, rate, seed, duration_s, run_dir, c
                 "bytes": 6400, "buffering_s": 3.5, "bound_s": 5.0, "policy": policy} for i in (1, 2)]
     (run_dir / "metrics.jsonl").write_text("".join(json.dumps(b) + "\n" for b in batches))
     if policy == "fixed" and rate > 1000:
+        if isinstance(self.engine, ExitingEngine):
+            self.engine.exited = True
         raise EngineError("stream LR2S-fixed failed: java.lang.OutOfMemoryError: Java heap space")
     from lmstream_kit.metrics import load_metrics
 
@@ -68,6 +73,38 @@ def test_a_failed_cell_stops_the_bench_keeping_its_batches_and_the_cells_before(
     assert result.capacity.empty  # the search does not start on a session that may be gone
     assert (tmp_path / "b" / "results.parquet").exists() and (tmp_path / "b" / "report.html").exists()
     assert pd.read_parquet(tmp_path / "b" / "results.parquet")["failed"].notna().sum() == 1
+
+
+class ExitingEngine(FakeEngine):
+    """A FakeEngine whose JVM exits with the failing cell (out of heap) and restarts when asked."""
+
+    restarts = 0
+
+    def __init__(self, **kwargs):
+        self.exited = False
+
+    def jvm_exited(self):
+        return "Spark's JVM exited (pid 9): killed, or out of memory" if self.exited else None
+
+    def restart(self):
+        why, self.exited = self.jvm_exited(), False
+        ExitingEngine.restarts += 1
+        return why
+
+
+def test_a_cell_whose_jvm_exited_is_failed_and_the_bench_goes_on_on_a_new_session(tmp_path, monkeypatch):
+    monkeypatch.setattr("lmstream_kit.engine.adapter.SparkEngine", ExitingEngine)
+    monkeypatch.setattr("lmstream_kit.bench.run._Runner.run", fake_run)
+    cfg = BenchConfig(queries=["LR2S"], policies=["lmstream", "fixed", "asap"], traffic=["constant"],
+                      warmup_s=0, duration_s=20, overload={"LR2S": 2000})
+    result = run_bench(cfg, tmp_path / "b")
+    rows = result.results
+    assert list(zip(rows["policy"], rows["load"]))[3:] == [("lmstream", "overload"), ("fixed", "overload"),
+                                                           ("asap", "overload")]
+    assert rows["failed"].notna().tolist() == [False, False, False, False, True, False]
+    assert ExitingEngine.restarts == 1 and "failed" not in result.meta
+    assert result.meta["restarts"] == [
+        "LR2S fixed constant r0 overload 2000 rows/s: Spark's JVM exited (pid 9): killed, or out of memory"]
 
 
 def test_the_paper_preset_fills_the_sweep_and_explicit_options_win(tmp_path, monkeypatch):

@@ -217,6 +217,54 @@ def test_the_bench_probes_seed_each_repetition_and_write_rows_that_render_as_bra
     assert table["note"] == ""
 
 
+class CrashingRunner(FakeRunner):
+    """A FakeRunner whose JVM exits on a run above ``crash_at``; ``recover`` says so once, and restarts."""
+
+    def __init__(self, clock: FakeClock, capacity: float, crash_at: float, jvm_gone: bool = True) -> None:
+        super().__init__(clock, capacity)
+        self.crash_at, self.jvm_gone, self.restarts = crash_at, jvm_gone, 0
+        self.exited = False
+
+    def run(self, query, policy, traffic, *, rate, seed, duration_s, run_dir, catch_up_s):
+        if rate > self.crash_at:
+            self.calls.append((policy, rate, seed, run_dir.name))
+            self.exited = self.jvm_gone
+            raise RuntimeError("Py4JNetworkError: Error while sending or receiving")
+        return super().run(query, policy, traffic, rate=rate, seed=seed, duration_s=duration_s, run_dir=run_dir,
+                           catch_up_s=catch_up_s)
+
+    def recover(self):
+        if not self.exited:
+            return None
+        self.exited, self.restarts = False, self.restarts + 1
+        return "Spark's JVM exited (pid 42): killed, or out of memory"
+
+
+def test_a_probe_that_takes_the_jvm_down_is_a_failed_run_and_the_search_goes_on(tmp_path):
+    cfg = BenchConfig(queries=["LR2S"], policies=["asap"], capacity=True, capacity_duration_s=30,
+                      capacity_budget_s=1000, capacity_max_rate=64000)
+    runner = CrashingRunner(FakeClock(), capacity=1e9, crash_at=40000)
+    rows = _capacity(cfg, runner, tmp_path, lambda event: None, clock=runner.clock)
+    crashed = [r for r in rows if r.get("error")]
+    # each crash is a failed run (nothing caught up, no batch counted), on a session started anew
+    assert [(r["rate"], r["passed"], r["caught_up"], r["batches"]) for r in crashed] == [
+        (64000.0, False, False, 0), (45255.0, False, False, 0), (41499.0, False, False, 0), (41499.0, False, False, 0)]
+    assert {r["error"] for r in crashed} == {"Spark's JVM exited (pid 42): killed, or out of memory"}
+    assert runner.restarts == 4
+    # the search went on below the crashes and bracketed them: 38,055 passed twice, 41,499 crashed twice
+    assert (rows[-1]["status"], rows[-1]["lo"], rows[-1]["hi"]) == ("bracketed", 38055.0, 41499.0)
+    assert all("error" not in r for r in rows if r["rate"] <= 40000)
+    table = capacity_table(pd.DataFrame(rows, columns=PROBE_COLUMNS)).iloc[0]
+    assert "asap at 64,000: Spark's JVM exited (pid 42): killed, or out of memory" in table["note"]
+
+
+def test_a_probe_that_fails_with_the_jvm_running_fails_the_bench(tmp_path):
+    cfg = BenchConfig(queries=["LR2S"], policies=["asap"], capacity=True, capacity_duration_s=30)
+    runner = CrashingRunner(FakeClock(), capacity=1e9, crash_at=1500, jvm_gone=False)
+    with pytest.raises(RuntimeError, match="Py4JNetworkError"):
+        _capacity(cfg, runner, tmp_path, lambda event: None, clock=runner.clock)
+
+
 # ---------------------------------------------------------------- configuration and CLI
 def test_bench_config_has_a_probe_limit_for_repeated_bounds_and_validates_the_budget():
     cfg = BenchConfig(queries=["LR2S"])

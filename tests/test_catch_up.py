@@ -48,6 +48,30 @@ def test_where_the_oldest_dataset_alone_overruns_chunks_cannot_help():
     assert (d.reason, d.take) == ("overdue", None)
 
 
+def with_margin():
+    """``learned()`` with a 0.5 s margin: the budget is 2 - 0.5 - 0.01 s, 2 datasets of 100 B (1 s)."""
+    c = AdmissionController(slide_s=2.0, prior_processing_s=0.5, min_margin_s=0.5)
+    c.observe(BatchObservation(rows=10, nbytes=100, processing_s=0.5, max_latency_s=2.0))
+    c.observe(BatchObservation(rows=20, nbytes=200, processing_s=1.0, max_latency_s=2.0))
+    assert c.margin_s == 0.5
+    return c
+
+
+def test_a_chunk_late_anyway_grows_to_what_fits_the_target():
+    # a spike's backlog: 100 B every 0.5 s, the oldest 1.6 s old.  The budget's chunk (2 datasets,
+    # 1 s) would end at 11.01 s, 2.61 s after its oldest arrival (+ 0.5 s margin > 2 s): late, and
+    # the next chunk, waiting for it, too.  So one batch takes what fits 2 - 0.01 s: 3 datasets
+    arrivals = [8.4, 8.9, 9.4, 9.9]
+    d = with_margin().decide(10.0, [NS(arrival=a, rows=10, nbytes=100) for a in arrivals])
+    assert (d.admit, d.reason, d.take, d.nbytes, d.predicted_s) == (True, "catch-up", 3, 300, 1.5)
+
+
+def test_a_chunk_on_time_keeps_the_budget():
+    # a burst of 4 fresh datasets: the budget's chunk (2) ends 1.11 s after them, + 0.5 s <= 2 s
+    d = with_margin().decide(10.0, [NS(arrival=9.9, rows=10, nbytes=100) for _ in range(4)])
+    assert (d.reason, d.take, d.nbytes, d.predicted_s) == ("catch-up", 2, 200, 1.0)
+
+
 def test_before_any_batch_a_backlog_is_cut_at_one_target_of_arrivals():
     c = AdmissionController(slide_s=2.0, prior_processing_s=0.5)
     d = c.decide(20.0, backlog(10))  # arrivals 0..9 s: the oldest two arrived within 2 s
@@ -103,15 +127,15 @@ def test_chunks_tile_the_backlog_each_within_the_target_and_the_drain_is_timed()
     assert all(a[1] == b[0] for a, b in zip(spans, spans[1:]))  # no gap, no overlap
     assert sum(r["rows"] for r in records) == 400
     # before the first batch: the datasets within one target (2 s) of the oldest.  A dataset
-    # takes 0.5 s; the first batch's error (0.5 s against the 0.5 s prior) stays the margin's
-    # 95% quantile, which leaves 1.49 s: 2 datasets a chunk.  At the 4th, the normal bound of
-    # 3 errors (1.13 s) leaves no room for one dataset at the proportional rule's 1 s, so the
-    # chunk is sized by the target alone: 3.  The last dataset is not a chunk.
-    assert [r["end_seq"] - r["start_seq"] for r in records] == [2, 2, 2, 3] + [2] * 15 + [1]
+    # takes 0.5 s; the margin (the first batch's 0.5 s error, then the normal bound of 3 errors,
+    # 1.13 s) leaves room for 2 datasets or none a chunk, but every dataset of the backlog is
+    # 100 s old: each chunk is late anyway, so the late chunks merge up to what fits the target
+    # alone (2 - 0.01 s): 3 datasets.  The last two are not a chunk.
+    assert [r["end_seq"] - r["start_seq"] for r in records] == [2] + [3] * 12 + [2]
     assert [r["margin_s"] for r in records[:5]] == pytest.approx([0.0, 0.5, 0.5, 1.128, 0.781], abs=1e-3)
-    assert [r["decision_reason"] for r in records] == ["catch-up"] * 19 + ["overdue"]
+    assert [r["decision_reason"] for r in records] == ["catch-up"] * 13 + ["overdue"]
     assert max(r["processing_s"] for r in records) <= 2.0
-    assert [r.get("catch_up_s") for r in records[:-1]] == [None] * 19
+    assert [r.get("catch_up_s") for r in records[:-1]] == [None] * 13
     assert records[-1]["catch_up_s"] == pytest.approx(records[-1]["completed_at"] - records[0]["admitted_at"])
     assert records[-1]["catch_up_s"] == pytest.approx(40 * 0.5)
 
@@ -125,7 +149,7 @@ def test_the_paper_rule_drains_the_backlog_in_one_long_batch():
 # --------------------------------------------------------------------------- on the virtual clock
 
 
-def test_after_a_burst_later_rows_wait_less_with_chunks():
+def test_after_a_burst_chunks_bound_every_batch_and_leave_fewer_rows_late():
     # one 100 B dataset a second, and a burst of 60 at t = 20 s; 0.1 s + 1 ms per byte
     arrivals = [*constant_arrivals(10, 60, bytes_per_row=10), *[(20.0, 10, 100)] * 60]
 
@@ -138,10 +162,23 @@ def test_after_a_burst_later_rows_wait_less_with_chunks():
         runs[rule] = simulate(c, arrivals=arrivals, service_time=service)
     assert sum(b.rows for b in runs["chunks"]) == sum(b.rows for b in runs["all"]) == 1200
     longest = {rule: max(b.completed_at - b.admitted_at for b in bs) for rule, bs in runs.items()}
-    assert longest["chunks"] <= 2.0 < longest["all"]
-    # the row that arrives at t = 24 s, while the burst is drained, waits less with chunks
-    done = {rule: next(b.completed_at for b in bs if b.admitted_at >= 24.0) for rule, bs in runs.items()}
-    assert done["chunks"] < done["all"], done
+    assert longest["chunks"] <= 2.0 < longest["all"] == pytest.approx(6.2)
+    # rows in batches over the 2 s bound: the burst's chunks after the first are late anyway and
+    # merge up to the target, so 540 (3 batches) against the one long batch's 670 (2 batches)
+    late = {rule: [b.rows for b in bs if b.max_latency_s > 2.0] for rule, bs in runs.items()}
+    assert (sum(late["chunks"]), len(late["chunks"]), sum(late["all"]), len(late["all"])) == (540, 3, 670, 2)
+    # the dataset that arrives at t = 24 s, after the burst in the spool, waits for all of it
+    # either way: with chunks one batch's fixed cost (0.1 s) longer
+    position = sorted(a for a, _, _ in arrivals).index(24.0)
+    done = {}
+    for rule, bs in runs.items():
+        held = 0
+        for b in bs:
+            held += b.n_datasets
+            if held > position:
+                done[rule] = b.completed_at
+                break
+    assert done["chunks"] == pytest.approx(27.0) and done["all"] == pytest.approx(26.9)
 
 
 def test_a_resumed_stream_sizes_its_catch_up_chunks_by_what_its_batches_cost_before():
@@ -156,9 +193,12 @@ def test_a_resumed_stream_sizes_its_catch_up_chunks_by_what_its_batches_cost_bef
     backlog = [NS(arrival=float(i) / 4, rows=100, nbytes=20_000) for i in range(120)]  # 30 s of backlog
     cold, warm = fresh.decide(40.0, backlog), resumed.decide(40.0, backlog)
     # an empty model cuts at what arrived within one target (2.5 s: 10 datasets); the learned one
-    # at what its model predicts to fit the budget: 0.4 + 2e-6 * 20_000 * n <= 2.5 - margin - poll
+    # at what its model predicts to fit the budget, 0.4 + 2e-6 * 20_000 * n <= 2.5 - margin - poll,
+    # where that chunk is on time; this backlog is 10 s old and more, so late anyway: its chunk
+    # grows to what fits the target alone, 2.5 - poll
     assert (cold.reason, cold.take) == ("catch-up", 10)
-    fits = max(n for n in range(121) if 0.4 + 0.04 * n <= 2.5 - warm.margin_s - 0.01 + 1e-9)
+    assert warm.margin_s > 0
+    fits = max(n for n in range(121) if 0.4 + 0.04 * n <= 2.5 - 0.01 + 1e-9)
     assert warm.reason == "catch-up" and warm.take == fits > 3 * cold.take
     # the new run's first batch is still warm-up: its JVM is cold again
     resumed.observe(BatchObservation(rows=100, nbytes=100_000, processing_s=3.0, max_latency_s=4.0))

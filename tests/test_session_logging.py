@@ -31,7 +31,8 @@ def test_the_drivers_collector_is_the_parallel_one_unless_the_caller_names_anoth
 
     monkeypatch.delenv("LMSTREAM_DRIVER_JAVA_OPTIONS", raising=False)
     default = driver_java_options().split()
-    assert default[:2] == ["-Xss16m", "-XX:+UseParallelGC"] and default[2].startswith("-Dlog4j2.configurationFile=")
+    assert default[:3] == ["-Xss16m", "-XX:+UseParallelGC", "-XX:+ExitOnOutOfMemoryError"]
+    assert default[3].startswith("-Dlog4j2.configurationFile=")
     given = driver_java_options("-XX:+UseSerialGC -XX:TieredStopAtLevel=1").split()
     assert "-XX:+UseParallelGC" not in given and given[-2:] == ["-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1"]
     assert driver_java_options("-Xmx2g").split()[1] == "-XX:+UseParallelGC"  # no collector named: the kit's

@@ -19,14 +19,29 @@ from . import resume as _resume
 
 
 class _Runner:
-    """Runs cells on one SparkSession and measures their CPU."""
+    """Runs cells on one SparkSession and measures their CPU (``engine``: the session's
+    :class:`~lmstream_kit.engine.adapter.SparkEngine`, or None where ``spark`` is given alone)."""
 
-    def __init__(self, cfg: BenchConfig, out: Path, spark, meter, stamp: str = "") -> None:
+    def __init__(self, cfg: BenchConfig, out: Path, spark, meter, stamp: str = "", engine=None) -> None:
         self.cfg = cfg
         self.out = out
         self.spark = spark
         self.meter = meter
         self.stamp = stamp  # the bench's start: a fresh topic for each run of a bench on Kafka
+        self.engine = engine
+
+    def recover(self) -> Optional[str]:
+        """After a run failed: where Spark's JVM exited with it (out of heap), start a new session and
+        return why the old one went; None where the JVM still runs (the failure was the stream's)."""
+        if self.engine is None or self.engine.jvm_exited() is None:
+            return None
+        from ..cpu import CpuMeter
+
+        why = self.engine.restart()
+        self.spark = self.engine.spark
+        if self.meter is not None:
+            self.meter = CpuMeter(self.engine.driver_pid())
+        return why
 
     def stream(self, query: str, policy: str, traffic: str, *, rate: float, seed: int, duration_s: float,
                run_dir: Path):
@@ -156,7 +171,7 @@ def run_bench(
     try:
         cfg.resolve_windows(engine.query_window)
         meter = CpuMeter(engine.driver_pid())
-        runner = _Runner(cfg, out, engine.spark, meter, stamp=started.strftime("%Y%m%dT%H%M%S"))
+        runner = _Runner(cfg, out, engine.spark, meter, stamp=started.strftime("%Y%m%dT%H%M%S"), engine=engine)
         now = started.isoformat(timespec="seconds")
         commit = source_commit()
         stale = None
@@ -239,8 +254,12 @@ def run_bench(
                 batch_records.extend(_batch_records(row, cell, workload, out, cfg.speedup, metrics))
                 progress["done"] += 1
                 notify({"phase": phase, "done": progress["done"], "total": progress["total"], "label": label})
-                if failed is not None:  # its session may be gone with it (a JVM out of heap): stop here
-                    meta["failed"] = f"{label} failed: {failed}"
+                if failed is not None:
+                    restarted = runner.recover()
+                    if restarted is not None:  # its JVM exited with it (out of heap): the rest on a new one
+                        meta.setdefault("restarts", []).append(f"{label}: {restarted}")
+                        continue
+                    meta["failed"] = f"{label} failed: {failed}"  # the session may be unusable: stop here
                     return failed
             return None
 

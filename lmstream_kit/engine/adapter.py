@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..exceptions import one_line
+from ..exceptions import EngineError, one_line
 
 __all__ = ["EngineBatch", "SparkEngine"]
 
@@ -130,6 +130,30 @@ class SparkEngine:
         except psutil.NoSuchProcess:
             pass
         return f"Spark's JVM exited (pid {pid}): killed, or out of memory (its log is on the terminal or in the run's output)"
+
+    def restart(self) -> str:
+        """Replace a session whose JVM exited with a new one, built as the first was; returns why the
+        old one went (:meth:`jvm_exited`).
+
+        Raises
+        ------
+        EngineError
+            Where the JVM still runs, or the session was the caller's (the kit cannot rebuild it).
+        """
+        from .session import forget_exited_session
+
+        why = self.jvm_exited()
+        if why is None:
+            raise EngineError("Spark's JVM still runs: nothing to restart")
+        if self._external:
+            raise EngineError(f"{why}; the session was given to the kit, which cannot build it again")
+        forget_exited_session(self.spark)
+        self.spark = None
+        self.query = None
+        self._listener = None
+        self._batch_session = None
+        self.open()
+        return why
 
     @property
     def external(self) -> bool:

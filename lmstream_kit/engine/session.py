@@ -49,7 +49,11 @@ DEFAULT_CONF: dict[str, str] = {
 #: spike batch (p95 processing 1.17-1.30 s); the parallel one spent 13-18%, p95 0.82-0.89 s
 #: (benchmarks/gc_spikes.py, 2-core VM).  A caller's ``-XX:+Use...GC`` replaces it.
 DRIVER_COLLECTOR = "-XX:+UseParallelGC"
-DRIVER_JAVA_OPTIONS = ("-Xss16m", DRIVER_COLLECTOR)
+#: ``-XX:+ExitOnOutOfMemoryError``: a driver out of heap exits at once.  Without it, a capacity probe
+#: at 64,000 rows/s (LR1T, asap, 4 GiB heap) lost Spark's DAG scheduler thread to "GC overhead limit
+#: exceeded" and the JVM then spent every core collecting, for ever, with the stream and its stop
+#: hanging; an exited JVM is seen (``SparkEngine.jvm_exited``), said in one line, and replaced.
+DRIVER_JAVA_OPTIONS = ("-Xss16m", DRIVER_COLLECTOR, "-XX:+ExitOnOutOfMemoryError")
 LOG4J_CONFIG = Path(__file__).with_name("log4j2.properties")
 #: environment variable with JVM options for every driver the kit starts, put before the caller's
 #: own: the test suite sets ``-XX:TieredStopAtLevel=1`` there, since its drivers live a minute or
@@ -130,6 +134,43 @@ def build_session(
     register_source(spark)
     _quiet_accumulator_server(spark)
     return spark
+
+
+def forget_exited_session(spark) -> None:
+    """Drop PySpark's handles on ``spark`` once its JVM has exited, so that the next
+    :func:`build_session` starts a new JVM instead of returning the dead session.
+
+    PySpark's own ``stop()`` asks the JVM first and fails where it is gone, leaving the dead
+    session, its context and its gateway in place for every later ``getOrCreate``.
+    """
+    from pyspark import SparkContext
+    from pyspark.sql import SparkSession
+
+    sc = getattr(spark, "_sc", None)
+    if sc is not None:
+        sc._jsc = None  # nothing to ask of a JVM that is gone
+        try:
+            sc.stop()  # the accumulator server, and the active context
+        except Exception:  # noqa: BLE001 - best effort on a dead session
+            pass
+    with SparkContext._lock:
+        gateway = SparkContext._gateway
+        SparkContext._gateway = None
+        SparkContext._jvm = None
+        SparkContext._active_spark_context = None
+    SparkSession._instantiatedSession = None
+    SparkSession._activeSession = None
+    if gateway is not None:
+        try:
+            gateway.shutdown()  # its sockets and callback server
+        except Exception:  # noqa: BLE001
+            pass
+        proc = getattr(gateway, "proc", None)
+        if proc is not None:
+            try:
+                proc.wait(timeout=10)  # reap the exited JVM
+            except Exception:  # noqa: BLE001
+                pass
 
 
 def _quiet_accumulator_server(spark) -> None:

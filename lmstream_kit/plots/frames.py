@@ -149,6 +149,7 @@ def capacity_brackets(capacity: pd.DataFrame | None) -> pd.DataFrame:
                 notes.append("1 run per rate: a bench from before repeated probes" if count.le(1).all()
                              else "status derived from the probes (no search recorded)")
             notes.append(_coarse_note(policy, runs, hi))
+            notes.append(_error_note(policy, runs))
             note = "; ".join(n for n in notes if n)
             rows.append({"query": query, "policy": policy, "lo": lo, "hi": hi, "status": status,
                          "probes": int(len(runs)), "reps": reps, "duration_s": duration,
@@ -179,6 +180,19 @@ def _coarse_note(policy: str, runs: pd.DataFrame, hi: float) -> str:
     if single.empty:
         return ""
     return f"{policy} at {hi:,.0f}: a failed run had 1 of its {int(single.min())} batches over the bound"
+
+
+def _error_note(policy: str, runs: pd.DataFrame) -> str:
+    """The runs whose session failed with them (``error``: Spark's JVM exited, out of heap), in words.
+
+    >>> runs = pd.DataFrame({"_rate": [32000.0, 64000.0], "error": [None, "Spark's JVM exited (pid 7)"]})
+    >>> _error_note("asap", runs)
+    "asap at 64,000: Spark's JVM exited (pid 7)"
+    """
+    if "error" not in runs:
+        return ""
+    failed = runs[runs["error"].map(lambda e: isinstance(e, str) and bool(e))]
+    return "; ".join(f"{policy} at {rate:,.0f}: {error}" for rate, error in zip(failed["_rate"], failed["error"]))
 
 
 def _bracket_text(lo: float, hi: float, status: str, reps: int, probes: int) -> str:

@@ -1,0 +1,47 @@
+"""A driver JVM that runs out of heap exits at once, and the engine starts a new session in its place.
+
+In a subprocess: the test session's shared SparkSession must not be the one that dies.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+pytestmark = pytest.mark.spark
+
+SCRIPT = r"""
+import time
+from lmstream_kit.engine.adapter import SparkEngine
+
+engine = SparkEngine(master="local[1]", conf={"spark.driver.memory": "512m"}).open()
+first = engine.driver_pid()
+assert engine.jvm_exited() is None
+try:  # a list of 3 GB in a 512 MB heap
+    engine.spark.sql("SELECT collect_list(repeat('x', 1000)) FROM range(0, 3000000)").collect()
+    raise SystemExit("the query did not run out of heap")
+except Exception as exc:
+    print("FAILED", type(exc).__name__)
+deadline = time.monotonic() + 30
+while engine.jvm_exited() is None and time.monotonic() < deadline:
+    time.sleep(0.1)
+print("EXITED", engine.jvm_exited())
+print("WHY", engine.restart())
+assert engine.driver_pid() not in (None, first) and engine.jvm_exited() is None
+print("COUNT", engine.spark.range(7).count())
+engine.close()
+"""
+
+
+def test_a_driver_out_of_heap_exits_and_the_engine_restarts_on_a_new_jvm():
+    proc = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    lines = proc.stdout.splitlines()
+    # without -XX:+ExitOnOutOfMemoryError the JVM would stay, collecting, and the query hang
+    assert "Terminating due to java.lang.OutOfMemoryError" in proc.stdout + proc.stderr
+    exited = next(line for line in lines if line.startswith("EXITED "))
+    assert "Spark's JVM exited (pid" in exited and "out of memory" in exited
+    assert next(line for line in lines if line.startswith("WHY ")) == "WHY " + exited[len("EXITED "):]
+    assert "COUNT 7" in lines
