@@ -220,13 +220,16 @@ def test_the_bench_probes_seed_each_repetition_and_write_rows_that_render_as_bra
 class CrashingRunner(FakeRunner):
     """A FakeRunner whose JVM exits on a run above ``crash_at``; ``recover`` says so once, and restarts."""
 
-    def __init__(self, clock: FakeClock, capacity: float, crash_at: float, jvm_gone: bool = True) -> None:
+    def __init__(self, clock: FakeClock, capacity: float, crash_at: float, jvm_gone: bool = True,
+                 spent: int = 0) -> None:
         super().__init__(clock, capacity)
         self.crash_at, self.jvm_gone, self.restarts = crash_at, jvm_gone, 0
         self.exited = False
+        self.spent = spent  # runs that crash before their first batch whatever the rate (a spent heap)
 
     def run(self, query, policy, traffic, *, rate, seed, duration_s, run_dir, catch_up_s):
-        if rate > self.crash_at:
+        if self.spent or rate > self.crash_at:
+            self.spent = max(0, self.spent - 1)
             self.calls.append((policy, rate, seed, run_dir.name))
             self.exited = self.jvm_gone
             raise RuntimeError("Py4JNetworkError: Error while sending or receiving")
@@ -246,16 +249,29 @@ def test_a_probe_that_takes_the_jvm_down_is_a_failed_run_and_the_search_goes_on(
     runner = CrashingRunner(FakeClock(), capacity=1e9, crash_at=40000)
     rows = _capacity(cfg, runner, tmp_path, lambda event: None, clock=runner.clock)
     crashed = [r for r in rows if r.get("error")]
-    # each crash is a failed run (nothing caught up, no batch counted), on a session started anew
+    # each crash is a failed run (nothing caught up, no batch counted), on a session started anew;
+    # a crash before the first batch runs once more on the new session, and crashes again here
     assert [(r["rate"], r["passed"], r["caught_up"], r["batches"]) for r in crashed] == [
         (64000.0, False, False, 0), (45255.0, False, False, 0), (41499.0, False, False, 0), (41499.0, False, False, 0)]
     assert {r["error"] for r in crashed} == {"Spark's JVM exited (pid 42): killed, or out of memory"}
-    assert runner.restarts == 4
+    assert all(r["retried"] == r["error"] for r in crashed)
+    assert runner.restarts == 8
     # the search went on below the crashes and bracketed them: 38,055 passed twice, 41,499 crashed twice
     assert (rows[-1]["status"], rows[-1]["lo"], rows[-1]["hi"]) == ("bracketed", 38055.0, 41499.0)
     assert all("error" not in r for r in rows if r["rate"] <= 40000)
     table = capacity_table(pd.DataFrame(rows, columns=PROBE_COLUMNS)).iloc[0]
     assert "asap at 64,000: Spark's JVM exited (pid 42): killed, or out of memory" in table["note"]
+
+
+def test_a_jvm_that_exits_before_a_probes_first_batch_is_blamed_on_the_runs_before(tmp_path):
+    cfg = BenchConfig(queries=["LR2S"], policies=["asap"], capacity=True, capacity_duration_s=30,
+                      capacity_probes=1)
+    runner = CrashingRunner(FakeClock(), capacity=1e9, crash_at=1e9, spent=1)
+    (row,) = _capacity(cfg, runner, tmp_path, lambda event: None, clock=runner.clock)
+    # the first run died at once; the same probe on the new session passed, and says it was retried
+    assert (row["rate"], row["passed"], row["batches"], runner.restarts) == (1000.0, True, 2, 1)
+    assert "error" not in row and row["retried"] == "Spark's JVM exited (pid 42): killed, or out of memory"
+    assert [call[3] for call in runner.calls] == ["capacity-LR2S-asap-1000-r0"] * 2
 
 
 def test_a_probe_that_fails_with_the_jvm_running_fails_the_bench(tmp_path):

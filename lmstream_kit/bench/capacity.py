@@ -27,7 +27,7 @@ CAPACITY_REPS = 2
 STATUSES = ("bracketed", "open", "not-converged", "none-passed")
 #: the columns of a probe row (``capacity.parquet``); ``lo``, ``hi`` and ``status`` are the search's after it
 PROBE_COLUMNS = ["query", "policy", "probe", "rate", "rep", "seed", "duration_s", "within_bound", "passed",
-                 "batches", "caught_up", "wall_s", "lo", "hi", "status", "error"]
+                 "batches", "caught_up", "wall_s", "lo", "hi", "status", "error", "retried"]
 
 
 class CapacitySearch:
@@ -278,6 +278,16 @@ def search_pairs(
     return out
 
 
+def _probe_metrics(run_dir: Path):
+    """The batches a probe's run wrote before its JVM exited (a frame with ``rows``, maybe empty)."""
+    import pandas as pd
+
+    from ..metrics import METRICS_FILE, has_journal, load_metrics
+
+    metrics = load_metrics(run_dir) if has_journal(run_dir / METRICS_FILE) else pd.DataFrame()
+    return metrics if "rows" in metrics else pd.DataFrame({"rows": []})
+
+
 def _bracket_label(search: CapacitySearch) -> str:
     lo, hi = search.lo, search.hi
     span = {(True, True): f"{lo}-{hi}", (True, False): f">= {lo}", (False, True): f"< {hi}"}.get(
@@ -301,29 +311,34 @@ def _capacity(cfg: BenchConfig, runner: _Runner, out: Path, notify: ProgressFn,
         catch_up = 2 * bound + (cfg.trigger_s / cfg.speedup if policy == "fixed" else 0.0) + 2.0
         run_dir = out / "runs" / f"capacity-{query}-{policy}-{rate}-r{rep}"
         began = time.monotonic()
-        error = None
-        try:
-            metrics, _, caught_up = runner.run(query, policy, "constant", rate=rate, seed=cfg.seed + rep,
-                                               duration_s=cfg.capacity_duration_s, run_dir=run_dir,
-                                               catch_up_s=catch_up)
-        except Exception:
-            error = runner.recover()
-            if error is None:  # the JVM runs: a failure of the kit's, not of the rate
-                raise
-            # the rate took the driver's JVM down (out of heap): a failed run, and a new session for the rest
-            import pandas as pd
-
-            from ..metrics import METRICS_FILE, has_journal, load_metrics
-
-            metrics = load_metrics(run_dir) if has_journal(run_dir / METRICS_FILE) else pd.DataFrame({"rows": []})
+        error, retried = None, None
+        while True:
+            try:
+                metrics, _, caught_up = runner.run(query, policy, "constant", rate=rate, seed=cfg.seed + rep,
+                                                   duration_s=cfg.capacity_duration_s, run_dir=run_dir,
+                                                   catch_up_s=catch_up)
+                break
+            except Exception:
+                error = runner.recover()
+                if error is None:  # the JVM runs: a failure of the kit's, not of the rate
+                    raise
+            # the driver's JVM exited (out of heap), and a new session runs the rest
+            metrics = _probe_metrics(run_dir)
             caught_up = False
+            if retried is None and not (metrics["rows"] > 0).any():
+                # before its first batch: the heap was spent by the runs before this one (an
+                # overloaded probe's state), not by this rate; it runs once more on the new session
+                retried, error = error, None
+                continue
+            break
         data = metrics[metrics["rows"] > 0] if len(metrics) else metrics
         share = float((data["max_latency_s"] <= bound).mean()) if len(data) else 0.0
         shutil.rmtree(run_dir / "spool", ignore_errors=True)  # probes keep metrics, not input
         measured = {"seed": cfg.seed + rep, "duration_s": float(cfg.capacity_duration_s),
                     "within_bound": share, "passed": bool(caught_up and share >= CAPACITY_SHARE),
                     "batches": int(len(data)), "caught_up": bool(caught_up),
-                    "wall_s": round(time.monotonic() - began, 3), **({"error": error} if error else {})}
+                    "wall_s": round(time.monotonic() - began, 3), **({"error": error} if error else {}),
+                    **({"retried": retried} if retried else {})}
         return measured
 
     def make_search() -> CapacitySearch:

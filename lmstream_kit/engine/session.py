@@ -8,12 +8,13 @@ quiet logs.
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import sys
 from pathlib import Path
 from contextlib import contextmanager
-from typing import Mapping, Optional, Sequence
+from typing import Callable, Mapping, Optional, Sequence
 
 from ..exceptions import EngineError, one_line
 from ..signals import shielded_children
@@ -133,6 +134,7 @@ def build_session(
     spark.sparkContext.setLogLevel(log_level)
     register_source(spark)
     _quiet_accumulator_server(spark)
+    _quiet_exited_jvm_logs()
     return spark
 
 
@@ -171,6 +173,72 @@ def forget_exited_session(spark) -> None:
                 proc.wait(timeout=10)  # reap the exited JVM
             except Exception:  # noqa: BLE001
                 pass
+
+
+class ExitedJvmLogFilter(logging.Filter):
+    """Drops py4j's tracebacks of a JVM that has exited: each call in flight then logs one
+    ("Exception while sending command.", "There was an exception while executing the Python Proxy
+    ..."), 20-40 lines apiece, and the kit says it once, in one line (``SparkEngine.jvm_exited``).
+    A record goes only when its error is a lost connection (py4j's network error, a plain
+    ``Py4JError`` or ``ConnectionError``, never a Java exception) and ``exited()`` says the JVM
+    is gone.
+
+    >>> from py4j.protocol import Py4JNetworkError
+    >>> def record(exc):
+    ...     return logging.LogRecord("py4j.clientserver", logging.ERROR, "", 0, "x", None, (type(exc), exc, None))
+    >>> gone = ExitedJvmLogFilter(exited=lambda: True)
+    >>> gone.filter(record(Py4JNetworkError("Answer from Java side is empty"))), gone.filter(record(ValueError("x")))
+    (False, True)
+    >>> ExitedJvmLogFilter(exited=lambda: False).filter(record(Py4JNetworkError("empty")))
+    True
+    """
+
+    def __init__(self, exited: Callable[[], bool] | None = None) -> None:
+        super().__init__()
+        self._exited = exited or _active_jvm_exited
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        error = record.exc_info[1] if record.exc_info else None
+        if error is None or not _lost_connection(error):
+            return True
+        try:
+            return not self._exited()
+        except Exception:  # noqa: BLE001 - never lose a record to the filter itself
+            return True
+
+
+def _lost_connection(error: BaseException) -> bool:
+    from py4j.protocol import Py4JError, Py4JJavaError, Py4JNetworkError
+
+    if isinstance(error, (Py4JNetworkError, ConnectionError)):
+        return True
+    return isinstance(error, Py4JError) and not isinstance(error, Py4JJavaError)
+
+
+def _active_jvm_exited() -> bool:
+    """Whether the JVM of PySpark's gateway (the kit's driver) has exited."""
+    import psutil
+    from pyspark import SparkContext
+
+    proc = getattr(SparkContext._gateway, "proc", None)
+    if proc is None:
+        return False
+    try:
+        return psutil.Process(proc.pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+_JVM_LOG_FILTER = ExitedJvmLogFilter()
+
+
+def _quiet_exited_jvm_logs() -> None:
+    """Put :class:`ExitedJvmLogFilter` on the loggers py4j logs a lost JVM's calls to (the root
+    logger takes ``logging.exception`` from py4j's gateway); once."""
+    for name in ("", "py4j.clientserver", "py4j.java_gateway"):
+        target = logging.getLogger(name)
+        if _JVM_LOG_FILTER not in target.filters:
+            target.addFilter(_JVM_LOG_FILTER)
 
 
 def _quiet_accumulator_server(spark) -> None:
