@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Optional, Sequence
 
 from ..exceptions import ConfigError
-from .cells import bound_s
+from .cells import bound_s, metrics_so_far
 from .config import BenchConfig, ProgressFn
 
 if TYPE_CHECKING:
@@ -278,16 +278,6 @@ def search_pairs(
     return out
 
 
-def _probe_metrics(run_dir: Path):
-    """The batches a probe's run wrote before its JVM exited (a frame with ``rows``, maybe empty)."""
-    import pandas as pd
-
-    from ..metrics import METRICS_FILE, has_journal, load_metrics
-
-    metrics = load_metrics(run_dir) if has_journal(run_dir / METRICS_FILE) else pd.DataFrame()
-    return metrics if "rows" in metrics else pd.DataFrame({"rows": []})
-
-
 def _bracket_label(search: CapacitySearch) -> str:
     lo, hi = search.lo, search.hi
     span = {(True, True): f"{lo}-{hi}", (True, False): f">= {lo}", (False, True): f"< {hi}"}.get(
@@ -323,7 +313,7 @@ def _capacity(cfg: BenchConfig, runner: _Runner, out: Path, notify: ProgressFn,
                 if error is None:  # the JVM runs: a failure of the kit's, not of the rate
                     raise
             # the driver's JVM exited (out of heap), and a new session runs the rest
-            metrics = _probe_metrics(run_dir)
+            metrics = metrics_so_far(run_dir)
             caught_up = False
             if retried is None and not (metrics["rows"] > 0).any():
                 # before its first batch: the heap was spent by the runs before this one (an

@@ -35,6 +35,17 @@ _CELL_SUMMARY = {
 }
 
 
+def metrics_so_far(run_dir):
+    """The batches a run wrote before it failed (a :func:`~lmstream_kit.metrics.load_metrics` frame
+    with at least a ``rows`` column, empty where it wrote none)."""
+    import pandas as pd
+
+    from ..metrics import METRICS_FILE, has_journal, load_metrics
+
+    metrics = load_metrics(run_dir) if has_journal(run_dir / METRICS_FILE) else pd.DataFrame()
+    return metrics if "rows" in metrics else pd.DataFrame({"rows": []})
+
+
 def cell_row(metrics, *, workload, policy: str, traffic: str, rep: int, seed: int, rate: float,
              speedup: float, duration_s: float, cpu: Optional[dict] = None) -> dict:
     """Summarise one cell's per-batch metrics (a :func:`~lmstream_kit.metrics.load_metrics` frame).

@@ -12,7 +12,7 @@ from typing import Any, Optional
 
 from ..exceptions import ConfigError
 from .capacity import PROBE_COLUMNS, _capacity
-from .cells import batch_rows, cell_row
+from .cells import batch_rows, cell_row, metrics_so_far
 from .config import BenchConfig, ProgressFn, _config_dict
 from .outputs import _kit_version, machine_info, source_commit, write_outputs, write_reports
 from . import resume as _resume
@@ -238,10 +238,9 @@ def run_bench(
                                                  seed=seed, duration_s=cfg.duration_s, run_dir=run_dir)
                 except Exception as exc:  # noqa: BLE001  (a cell whose stream failed: keep what it measured)
                     from ..exceptions import one_line
-                    from ..metrics import METRICS_FILE, has_journal, load_metrics
 
                     failed = one_line(exc)
-                    metrics = load_metrics(run_dir) if has_journal(run_dir / METRICS_FILE) else pd.DataFrame()
+                    metrics = metrics_so_far(run_dir)
                     cpu = None
                 row = cell_row(metrics, workload=workload, policy=cell["policy"], traffic=cell["traffic"],
                                rep=cell["rep"], seed=seed, rate=cell["rate"], speedup=cfg.speedup,

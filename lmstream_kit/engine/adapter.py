@@ -119,16 +119,11 @@ class SparkEngine:
 
         Asked of the operating system, not of py4j: with the JVM gone, every py4j call fails.
         """
-        import psutil
+        from .session import process_exited
 
         pid = getattr(self, "_jvm_pid", None)
-        if pid is None:
+        if pid is None or not process_exited(pid):
             return None
-        try:
-            if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
-                return None
-        except psutil.NoSuchProcess:
-            pass
         return f"Spark's JVM exited (pid {pid}): killed, or out of memory (its log is on the terminal or in the run's output)"
 
     def restart(self) -> str:

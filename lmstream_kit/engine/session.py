@@ -215,18 +215,23 @@ def _lost_connection(error: BaseException) -> bool:
     return isinstance(error, Py4JError) and not isinstance(error, Py4JJavaError)
 
 
+def process_exited(pid: int) -> bool:
+    """Whether process ``pid`` (a JVM the kit started) has exited: gone, or a zombie not yet reaped.
+    Asked of the operating system, not of py4j: with the JVM gone, every py4j call fails."""
+    import psutil
+
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
 def _active_jvm_exited() -> bool:
     """Whether the JVM of PySpark's gateway (the kit's driver) has exited."""
-    import psutil
     from pyspark import SparkContext
 
     proc = getattr(SparkContext._gateway, "proc", None)
-    if proc is None:
-        return False
-    try:
-        return psutil.Process(proc.pid).status() == psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return True
+    return proc is not None and process_exited(proc.pid)
 
 
 _JVM_LOG_FILTER = ExitedJvmLogFilter()
