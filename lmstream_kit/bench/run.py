@@ -8,7 +8,7 @@ import shutil
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 from ..exceptions import ConfigError
 from .capacity import PROBE_COLUMNS, _capacity
@@ -137,6 +137,7 @@ def run_bench(
     reproduction: Optional[Path] = None,
     notes: Optional[str] = None,
     resume: bool = False,
+    remeasure: Sequence[str] = (),
 ) -> BenchResult:
     """Run the sweep (and the capacity search) and write results, figures and report.
 
@@ -145,7 +146,10 @@ def run_bench(
     ``resume``: go on with the bench in ``out`` that was interrupted; the cells and capacity
     probes it finished are kept and only the rest run (:mod:`~lmstream_kit.bench.resume`; a
     ConfigError where the command measures differently).  Without it, a bench in ``out`` is
-    started afresh.
+    started afresh.  A resumed bench keeps a finished cell only where every policy of its (query,
+    traffic, repetition, rate) was kept too: otherwise they all run again, side by side
+    (:func:`~lmstream_kit.bench.resume.side_by_side`), as do every cell of a query in ``remeasure``;
+    ``meta["remeasured"]`` lists those groups.
     """
     import pandas as pd
 
@@ -162,6 +166,7 @@ def run_bench(
     started = datetime.now(timezone.utc)
     settings = _config_dict(cfg)
     saved = _resume.check(out, settings) if resume else None  # refused before Spark starts
+    remeasure = _remeasured(cfg, remeasure, resume)
     if cfg.feed is not None:  # a broker that does not answer is one line, before Spark starts
         from ..feed.kafka import check_reachable, parse_kafka_uri
 
@@ -205,6 +210,9 @@ def run_bench(
         rows: list[dict] = []
         batch_records: list[dict] = []
         cells = cfg.cells()
+        kept, again = _resume.side_by_side(cells, kept, remeasure)
+        if again:
+            meta["remeasured"] = again
         to_run = {cfg.workload(c["query"]).name for c in cells if _resume.cell_key(c) not in kept}
         warm = [q for q in cfg.queries if q in to_run] if cfg.warmup_s > 0 else []
         progress = {"done": 0, "total": len(cells) + len(warm), "warmed": set()}
@@ -270,6 +278,9 @@ def run_bench(
                 near, skipped = cfg.capacity_cells(probes)
                 if skipped:
                     meta["at_capacity_skipped"] = skipped
+                kept, again = _resume.side_by_side(near, kept, remeasure)
+                if again:
+                    meta["remeasured"] = [*meta.get("remeasured", []), *again]
                 fresh = {cfg.workload(c["query"]).name for c in near if _resume.cell_key(c) not in kept}
                 cold = fresh - progress["warmed"] if cfg.warmup_s > 0 else set()
                 progress["total"] += len(near) + len(cold)
@@ -285,6 +296,22 @@ def run_bench(
         return BenchResult(results, batches, capacity, meta, out)
     finally:
         engine.close()
+
+
+def _remeasured(cfg: BenchConfig, queries: Sequence[str], resume: bool) -> frozenset:
+    """The ``queries`` to measure again, as the sweep's cells name them (any case); a ConfigError
+    naming a query the sweep does not run, or where ``queries`` come without ``resume``."""
+    if not queries:
+        return frozenset()
+    if not resume:
+        raise ConfigError("remeasure needs resume: a bench that is not resumed measures every cell anyway")
+    names = {str(q).upper(): q for q in cfg.queries}  # as the cells name them
+    out = set()
+    for q in queries:
+        if str(q).upper() not in names:
+            raise ConfigError(f"cannot remeasure {q!r}: the sweep's queries are {', '.join(cfg.queries)}")
+        out.add(names[str(q).upper()])
+    return frozenset(out)
 
 
 def _cell_label(query: str, cell: dict) -> str:
