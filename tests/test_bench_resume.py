@@ -134,6 +134,35 @@ def test_a_resume_remeasures_a_query_side_by_side_when_asked_and_names_a_query_i
     assert again == []
 
 
+def test_a_fresh_jvm_warms_up_longer_and_a_resumed_capacity_search_warms_up_before_its_first_probe(
+        tmp_path, fake):
+    out = tmp_path / "b"
+    runs: list = []
+    inner = make_run([])
+
+    def run(self, query, policy, traffic, *, rate, seed, duration_s, run_dir, catch_up_s=None):
+        runs.append((run_dir.name, duration_s))
+        return inner(self, query, policy, traffic, rate=rate, seed=seed, duration_s=duration_s, run_dir=run_dir,
+                     catch_up_s=catch_up_s)
+
+    fake(run)
+    cfg = {"queries": ["LR2S", "CM1S"], "policies": ["asap"], "traffic": ["constant"], "capacity": True,
+           "capacity_probes": 1, "capacity_duration_s": 10.0, "warmup_s": 5.0, "jvm_warmup_s": 30.0}
+    run_bench(config(**cfg), out)
+    # the JVM's first warm-up streams 30 wall s (60 simulated s at speedup 2), the next query's 5 s;
+    # the capacity search finds both queries warm
+    assert [r for r in runs if r[0].startswith("warmup")] == [("warmup-LR2S", 60.0), ("warmup-CM1S", 5.0)]
+    assert [r[0] for r in runs[-2:]] == ["capacity-LR2S-asap-1000-r0", "capacity-CM1S-asap-1000-r0"]
+    # a resume on a new JVM that has only probes left warms each query before its first probe
+    lines = (out / "capacity.jsonl").read_text().splitlines()
+    (out / "capacity.jsonl").write_text(lines[0] + "\n")
+    runs.clear()
+    run_bench(config(**cfg), out, resume=True)
+    assert runs == [("warmup-CM1S", 60.0), ("capacity-CM1S-asap-1000-r0", 10.0)]
+    with pytest.raises(ConfigError, match=r"^JVM warm-up must be >= 0 seconds, got -1"):
+        config(jvm_warmup_s=-1)
+
+
 def test_a_resume_that_would_measure_differently_is_refused_naming_the_setting(tmp_path, fake):
     out = tmp_path / "b"
     calls: list = []
