@@ -559,7 +559,8 @@ def compare(run_dirs):
 @click.option("--spread", default=None, type=float, help="Std. dev. of random traffic [default: 25% of rate].")
 @click.option("--seed", default=0, show_default=True, type=int)
 @click.option("--trigger", "trigger_s", default=10.0, show_default=True, type=float, help="Interval of the fixed policy, simulated s.")
-@click.option("--warmup", "warmup_s", default=20.0, show_default=True, type=float, help="Simulated seconds of a discarded warm-up run per query (0: none).")
+@click.option("--warmup", "warmup_s", default=20.0, show_default=True, type=float, help="Simulated seconds of a discarded warm-up run per query before its first measured run on a JVM (0: none).")
+@click.option("--jvm-warmup", "jvm_warmup_s", default=45.0, show_default=True, type=float, metavar="SECONDS", help="Wall seconds the first warm-up on a fresh JVM (the start, a resume, a new session) lasts at least: Java's compiler is at work that long.")
 @click.option("--capacity/--no-capacity", default=False, show_default=True, help="Also search each policy's highest sustained rate.")
 @click.option("--capacity-duration", default=60.0, show_default=True, type=float, help="Simulated seconds per capacity probe.")
 @click.option("--capacity-start", default=None, type=float, help="First probed rate [default: --rate].")
@@ -584,8 +585,9 @@ def compare(run_dirs):
 @click.option("--kafka-partitions", default=2, show_default=True, type=int, help="Partitions of each topic of --feed.")
 @click.option("--preset", default=None, type=click.Choice(sorted(BENCH_PRESETS)), help="Start from a named sweep; options given explicitly override it. paper: the reproduction of docs/reproduction.md (all six queries, three policies, both traffic kinds, 120 simulated s at speedup 2, the capacity search (120 s probes) with a 6 h budget, overload cells for Fig. 1 at 2,000 rows/s on LR2S and LR1S, cells at 80% of asap's capacity, a 4 GiB driver heap; a --conf given adds to its confs).")
 @click.option("--resume", is_flag=True, default=False, help="Go on with the interrupted bench in --out: the cells and capacity probes it finished are kept, the rest run. Give the same options (a setting that changes what a cell measures is refused).")
+@click.option("--remeasure", "remeasure", multiple=True, metavar="QUERY", help="With --resume: run QUERY's finished cells again, every policy side by side (repeatable). A resumed bench also runs again every policy of a cell that failed or is new.")
 @click.option("--out", "out", required=True, type=click.Path(path_type=Path), help="Bench directory.")
-def bench(queries, policies, traffic, duration, repeat, speedup, rate, spread, seed, trigger_s, warmup_s, capacity, capacity_duration, capacity_start, capacity_probes, capacity_budget, overloads, at_capacity, tumbling_target, service_model, catch_up, controller_params, output, master, results_format, reproduction, notes, device_mode, optimizer, confs, jars, feed, kafka_partitions, preset, resume, out):
+def bench(queries, policies, traffic, duration, repeat, speedup, rate, spread, seed, trigger_s, warmup_s, jvm_warmup_s, capacity, capacity_duration, capacity_start, capacity_probes, capacity_budget, overloads, at_capacity, tumbling_target, service_model, catch_up, controller_params, output, master, results_format, reproduction, notes, device_mode, optimizer, confs, jars, feed, kafka_partitions, preset, resume, remeasure, out):
     """Run queries x policies x traffic and write results.parquet and report.html.
 
     Every cell runs to the end of its traffic on one SparkSession; the same
@@ -611,7 +613,7 @@ def bench(queries, policies, traffic, duration, repeat, speedup, rate, spread, s
         confs = (*BENCH_PRESETS[preset].get("confs", ()), *confs)  # merged: a given key wins
     cfg = BenchConfig(
         queries=queries, policies=policies, traffic=traffic, duration_s=duration, repeat=repeat,
-        speedup=speedup, rate=rate, spread=spread, seed=seed, trigger_s=trigger_s, warmup_s=warmup_s,
+        speedup=speedup, rate=rate, spread=spread, seed=seed, trigger_s=trigger_s, warmup_s=warmup_s, jvm_warmup_s=jvm_warmup_s,
         capacity=capacity, capacity_duration_s=capacity_duration, capacity_start=capacity_start,
         capacity_probes=capacity_probes, capacity_budget_s=capacity_budget, tumbling_target=tumbling_target, catch_up=catch_up,
         service_model=service_model, controller=_controller_params(controller_params),
@@ -624,7 +626,8 @@ def bench(queries, policies, traffic, duration, repeat, speedup, rate, spread, s
     notes_text = notes.read_text() if notes is not None else None
     result = _with_bench_progress(
         lambda progress: run_bench(cfg, out, progress=progress, command=command_line(),
-                                   reproduction=reproduction, notes=notes_text, resume=resume)
+                                   reproduction=reproduction, notes=notes_text, resume=resume,
+                                   remeasure=remeasure)
     )
     _bench_table(result.results)
     console = _console()

@@ -83,28 +83,84 @@ def test_a_resumed_sweep_keeps_the_finished_cells_and_runs_only_the_rest(tmp_pat
     assert result.meta["resumed_at"] == saved["resumed_at"] and len(result.meta["commits"]) == 2  # a part each
 
 
-def test_a_failed_or_vanished_cell_runs_again_and_a_fresh_bench_forgets_the_old_logs(tmp_path, fake):
+def test_a_failed_or_vanished_cell_runs_again_beside_its_group_and_a_fresh_bench_forgets_the_old_logs(
+        tmp_path, fake):
     out = tmp_path / "b"
     calls: list = []
     fake(make_run(calls))
-    run_bench(config(traffic=["constant"], warmup_s=0), out)
+    run_bench(config(warmup_s=0), out)
     lines = (out / "cells.jsonl").read_text().splitlines()
     rows = [json.loads(line) for line in lines]
-    rows[1]["failed"] = "java.lang.OutOfMemoryError: Java heap space"  # fixed failed
+    rows[1]["failed"] = "java.lang.OutOfMemoryError: Java heap space"  # fixed failed (constant traffic)
     (out / "cells.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    import shutil
-
-    shutil.rmtree(out / rows[2]["run_dir"])  # asap's run directory is gone
     again: list = []
     fake(make_run(again))
-    run_bench(config(traffic=["constant"], warmup_s=0), out, resume=True)
-    assert [c[0] for c in again] == ["LR2S-fixed-constant-r0", "LR2S-asap-constant-r0"]
+    result = run_bench(config(warmup_s=0), out, resume=True)
+    # lmstream and asap ran beside the failed cell: they run again with it, side by side; random stays
+    assert [c[0] for c in again] == ["LR2S-lmstream-constant-r0", "LR2S-fixed-constant-r0", "LR2S-asap-constant-r0"]
+    assert result.meta["remeasured"] == ["LR2S constant r0 at 1000"]
+    assert result.results["cpu_jvm_s"].tolist() == [2.0, 3.0, 4.0] + [r["cpu_jvm_s"] for r in rows[3:]]
+    import shutil
+
+    shutil.rmtree(out / rows[5]["run_dir"])  # asap's random run directory is gone
+    again.clear()
+    run_bench(config(warmup_s=0), out, resume=True)
+    assert [c[0] for c in again] == ["LR2S-lmstream-random-r0", "LR2S-fixed-random-r0", "LR2S-asap-random-r0"]
 
     fresh: list = []
     fake(make_run(fresh))
     result = run_bench(config(traffic=["constant"], warmup_s=0), out)  # not resumed: everything runs
     assert len(fresh) == 3 and len((out / "cells.jsonl").read_text().splitlines()) == 3
-    assert "resumed_at" not in result.meta
+    assert "resumed_at" not in result.meta and "remeasured" not in result.meta
+
+
+def test_a_resume_remeasures_a_query_side_by_side_when_asked_and_names_a_query_it_does_not_run(tmp_path, fake):
+    out = tmp_path / "b"
+    calls: list = []
+    fake(make_run(calls))
+    cfg = {"queries": ["LR2S", "CM1S"], "traffic": ["constant"], "warmup_s": 0}
+    run_bench(config(**cfg), out)
+    again: list = []
+    fake(make_run(again))
+    result = run_bench(config(**cfg), out, resume=True, remeasure=["lr2s"])
+    assert [c[0] for c in again] == ["LR2S-lmstream-constant-r0", "LR2S-fixed-constant-r0", "LR2S-asap-constant-r0"]
+    assert result.meta["remeasured"] == ["LR2S constant r0 at 1000"] and len(result.results) == 6
+    again.clear()
+    assert "remeasured" not in run_bench(config(**cfg), out, resume=True).meta and again == []
+    with pytest.raises(ConfigError, match=r"^cannot remeasure 'CM2S': the sweep's queries are LR2S, CM1S$"):
+        run_bench(config(**cfg), out, resume=True, remeasure=["CM2S"])
+    with pytest.raises(ConfigError, match=r"^remeasure needs resume"):
+        run_bench(config(**cfg), out, remeasure=["LR2S"])
+    assert again == []
+
+
+def test_a_fresh_jvm_warms_up_longer_and_a_resumed_capacity_search_warms_up_before_its_first_probe(
+        tmp_path, fake):
+    out = tmp_path / "b"
+    runs: list = []
+    inner = make_run([])
+
+    def run(self, query, policy, traffic, *, rate, seed, duration_s, run_dir, catch_up_s=None):
+        runs.append((run_dir.name, duration_s))
+        return inner(self, query, policy, traffic, rate=rate, seed=seed, duration_s=duration_s, run_dir=run_dir,
+                     catch_up_s=catch_up_s)
+
+    fake(run)
+    cfg = {"queries": ["LR2S", "CM1S"], "policies": ["asap"], "traffic": ["constant"], "capacity": True,
+           "capacity_probes": 1, "capacity_duration_s": 10.0, "warmup_s": 5.0, "jvm_warmup_s": 30.0}
+    run_bench(config(**cfg), out)
+    # the JVM's first warm-up streams 30 wall s (60 simulated s at speedup 2), the next query's 5 s;
+    # the capacity search finds both queries warm
+    assert [r for r in runs if r[0].startswith("warmup")] == [("warmup-LR2S", 60.0), ("warmup-CM1S", 5.0)]
+    assert [r[0] for r in runs[-2:]] == ["capacity-LR2S-asap-1000-r0", "capacity-CM1S-asap-1000-r0"]
+    # a resume on a new JVM that has only probes left warms each query before its first probe
+    lines = (out / "capacity.jsonl").read_text().splitlines()
+    (out / "capacity.jsonl").write_text(lines[0] + "\n")
+    runs.clear()
+    run_bench(config(**cfg), out, resume=True)
+    assert runs == [("warmup-CM1S", 60.0), ("capacity-CM1S-asap-1000-r0", 10.0)]
+    with pytest.raises(ConfigError, match=r"^JVM warm-up must be >= 0 seconds, got -1"):
+        config(jvm_warmup_s=-1)
 
 
 def test_a_resume_that_would_measure_differently_is_refused_naming_the_setting(tmp_path, fake):
@@ -119,11 +175,13 @@ def test_a_resume_that_would_measure_differently_is_refused_naming_the_setting(t
     with pytest.raises(ConfigError, match=r"its spark_conf was \{\}, this command gives "
                                           r"\{'spark.driver.memory': '4g'\}"):
         run_bench(config(spark_conf={"spark.driver.memory": "4g"}), out, resume=True)
-    # the sweep's shape may change: a resumed bench with another policy list runs its own cells
+    # the sweep's shape may change: a resumed bench with another policy list runs its own cells; the
+    # interruption left lmstream's cell without asap's beside it, so it runs again with asap's
     again: list = []
     fake(make_run(again))
     result = run_bench(config(policies=["lmstream", "asap"], traffic=["constant"]), out, resume=True)
-    assert [c[0] for c in again] == ["warmup-LR2S", "LR2S-asap-constant-r0"]
+    assert [c[0] for c in again] == ["warmup-LR2S", "LR2S-lmstream-constant-r0", "LR2S-asap-constant-r0"]
+    assert result.meta["remeasured"] == ["LR2S constant r0 at 1000"]
     assert result.results["policy"].tolist() == ["lmstream", "asap"]
 
 

@@ -184,6 +184,11 @@ class FakeRunner:
 
     def __init__(self, clock: FakeClock, capacity: float) -> None:
         self.clock, self.capacity, self.calls = clock, capacity, []
+        self.warmed: set = set()
+
+    def warm(self, query, announce=None):  # the real one runs a discarded stream where the JVM is cold
+        self.calls.append(("warm", query, query not in self.warmed, None))
+        self.warmed.add(query)
 
     def run(self, query, policy, traffic, *, rate, seed, duration_s, run_dir, catch_up_s):
         self.calls.append((policy, rate, seed, run_dir.name))
@@ -198,6 +203,9 @@ def test_the_bench_probes_seed_each_repetition_and_write_rows_that_render_as_bra
     clock = FakeClock()
     runner = FakeRunner(clock, 3000)
     rows = _capacity(cfg, runner, tmp_path, lambda event: None, clock=clock)
+    # every probe asks for its query's warm-up first: only the first finds the JVM cold
+    assert [c[2] for c in runner.calls[::2] if c[0] == "warm"] == [True] + [False] * 15
+    runner.calls = [c for c in runner.calls if c[0] != "warm"]
     lm = [call for call in runner.calls if call[0] == "lmstream"]
     assert [(rate, seed) for _, rate, seed, _ in lm] == [(1000, 7), (2000, 7), (4000, 7), (2828, 7),
                                                         (3363, 7), (3084, 7), (2828, 8), (3084, 8)]
@@ -240,6 +248,7 @@ class CrashingRunner(FakeRunner):
         if not self.exited:
             return None
         self.exited, self.restarts = False, self.restarts + 1
+        self.warmed.clear()  # a new JVM
         return "Spark's JVM exited (pid 42): killed, or out of memory"
 
 
@@ -271,7 +280,9 @@ def test_a_jvm_that_exits_before_a_probes_first_batch_is_blamed_on_the_runs_befo
     # the first run died at once; the same probe on the new session passed, and says it was retried
     assert (row["rate"], row["passed"], row["batches"], runner.restarts) == (1000.0, True, 2, 1)
     assert "error" not in row and row["retried"] == "Spark's JVM exited (pid 42): killed, or out of memory"
-    assert [call[3] for call in runner.calls] == ["capacity-LR2S-asap-1000-r0"] * 2
+    # the retry on the new session warms the new JVM first
+    assert [(c[0], c[2]) if c[0] == "warm" else c[3] for c in runner.calls] == [
+        ("warm", True), "capacity-LR2S-asap-1000-r0", ("warm", True), "capacity-LR2S-asap-1000-r0"]
 
 
 def test_a_probe_that_fails_with_the_jvm_running_fails_the_bench(tmp_path):

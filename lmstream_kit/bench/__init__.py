@@ -22,7 +22,8 @@ other on one SparkSession, and writes into ``out``:
 Fairness: cells with the same traffic and repetition get the same seed, so every
 policy sees the same offered rows; the policies of one (query, traffic, rep) run
 back to back, so drift of a noisy machine hits them alike; each query first runs
-a short discarded warm-up, so no measured cell pays for the JVM's cold code.
+a short discarded warm-up before its first measured run on a JVM (a cell or a capacity probe),
+longer on a fresh JVM (``jvm_warmup_s``), so no measured run pays for the JVM's cold code.
 
 Time is compressed by ``speedup``: windows, slides, the fixed trigger and the
 offered rate are in simulated seconds; latencies are measured in wall seconds,

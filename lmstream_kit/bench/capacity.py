@@ -292,6 +292,14 @@ def _capacity(cfg: BenchConfig, runner: _Runner, out: Path, notify: ProgressFn,
     from ..metrics import JsonlWriter
 
     log = JsonlWriter(out / "capacity.jsonl")
+    last: dict = {"phase": "capacity", "done": 0, "total": 0}
+
+    def tell(event: dict) -> None:
+        last.update(event)
+        notify(event)
+
+    def announce(label: str) -> None:  # a warm-up before a probe: the bar stays where it is
+        notify({**last, "label": label})
 
     def probe(pair: Pair, rate: int, rep: int) -> dict:
         query, policy = pair
@@ -304,6 +312,7 @@ def _capacity(cfg: BenchConfig, runner: _Runner, out: Path, notify: ProgressFn,
         error, retried = None, None
         while True:
             try:
+                runner.warm(query, announce)  # a fresh JVM (a resume, a new session) pays no probe's cold code
                 metrics, _, caught_up = runner.run(query, policy, "constant", rate=rate, seed=cfg.seed + rep,
                                                    duration_s=cfg.capacity_duration_s, run_dir=run_dir,
                                                    catch_up_s=catch_up)
@@ -337,7 +346,7 @@ def _capacity(cfg: BenchConfig, runner: _Runner, out: Path, notify: ProgressFn,
 
     try:
         rows = search_pairs([(q, p) for q in cfg.queries for p in cfg.policies], probe, make_search,
-                            budget_s=cfg.capacity_budget_s, clock=clock, notify=notify, on_row=log.append,
+                            budget_s=cfg.capacity_budget_s, clock=clock, notify=tell, on_row=log.append,
                             prior=prior)
     finally:
         log.close()

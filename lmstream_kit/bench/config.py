@@ -41,8 +41,13 @@ class BenchConfig:
     output : {"noop", "parquet"}
         The sink of every cell (noop computes the result and drops it).
     warmup_s : float
-        Simulated seconds of a discarded asap run of each query before its cells
-        (0: none).
+        Simulated seconds of a discarded asap run of each query before its first
+        measured run on a JVM (0: none).
+    jvm_warmup_s : float
+        Wall seconds that the first warm-up on a fresh JVM (the bench's start, a
+        resume, a new session after the driver exited) lasts at least, where
+        ``warmup_s`` is above 0.  The first cell after a 10 s warm-up paid for Java's
+        compiler for 40-50 s on the 2-core VM.
     capacity : bool
         Also search each policy's and query's capacity.
     capacity_duration_s : float
@@ -111,6 +116,7 @@ class BenchConfig:
     output: str = "noop"
     read: str = "auto"
     warmup_s: float = 20.0
+    jvm_warmup_s: float = 45.0
     capacity: bool = False
     capacity_duration_s: float = 60.0
     capacity_start: Optional[float] = None
@@ -163,6 +169,8 @@ class BenchConfig:
             raise ConfigError(f"capacity probes must be an integer >= 1, got {self.capacity_probes!r}")
         if self.warmup_s < 0:
             raise ConfigError(f"warmup must be >= 0 seconds, got {self.warmup_s!r}")
+        if not self.jvm_warmup_s >= 0:
+            raise ConfigError(f"JVM warm-up must be >= 0 seconds, got {self.jvm_warmup_s!r}")
         if self.output not in ("noop", "parquet"):
             raise ConfigError(f"output must be 'noop' or 'parquet', got {self.output!r}")
         if self.results_format not in ("parquet", "csv"):

@@ -13,8 +13,11 @@ starts the search over; the old probes are set aside, not deleted.  The sweep's 
 policies, traffic, repetitions, overload cells, the probe limit and the budget) may differ: a
 resumed bench runs the cells of its own command, keeping those already measured.
 
-A cell that failed, or whose run directory is gone, runs again; a probe cut short by the
-interruption was never logged, so it runs again too.  The capacity search replays the
+A cell that failed, or whose run directory is gone, runs again, and so do the other policies of its
+group (the same query, traffic, repetition, rate and load: :func:`group_key`), because the bench
+compares policies only side by side, run back to back on one JVM (:func:`side_by_side`).
+``remeasure`` (``bench --resume --remeasure QUERY``) runs a query's groups again on purpose.  A
+probe cut short by the interruption was never logged, so it runs again too.  The capacity search replays the
 logged probes into its searches (each search asks for the same rates again) and counts
 their wall seconds against the budget.  The kit's code may have changed between the parts:
 the settings file lists the source commit of each (``commits``), and the bench's meta with it.
@@ -37,7 +40,7 @@ from __future__ import annotations
 import json
 import math
 import os
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -68,6 +71,48 @@ def cell_key(cell: Mapping[str, Any]) -> tuple:
     """
     return (str(cell["query"]), str(cell["policy"]), str(cell["traffic"]), int(cell["rep"]),
             float(cell["rate"]), str(cell.get("load") or "sweep"))
+
+
+def group_key(cell: Mapping[str, Any]) -> tuple:
+    """The cells a bench compares side by side: :func:`cell_key` without the policy.
+
+    >>> group_key({"query": "LR2S", "policy": "fixed", "traffic": "constant", "rep": 0, "rate": 2000})
+    ('LR2S', 'constant', 0, 2000.0, 'sweep')
+    """
+    query, _, *rest = cell_key(cell)
+    return (query, *rest)
+
+
+def side_by_side(cells: list[Mapping[str, Any]], kept: Mapping[tuple, dict],
+                 remeasure: Collection[str] = ()) -> tuple[dict, list[str]]:
+    """The ``kept`` cells a resumed bench may keep, and the groups it runs again (labels, in order).
+
+    A group (:func:`group_key`) is kept only where every one of its ``cells`` was kept: where one
+    of them runs again (it failed, its run directory is gone, or its policy is new to the sweep),
+    the others run again beside it, so that their numbers stay comparable.  Every group of a query
+    in ``remeasure`` runs again too.
+
+    >>> cells = [{"query": "LR1S", "policy": p, "traffic": t, "rep": 0, "rate": 1000.0}
+    ...          for t in ("constant", "random") for p in ("lmstream", "asap")]
+    >>> kept = {cell_key(c): dict(c) for c in cells[1:]}          # lmstream/constant failed
+    >>> keep, again = side_by_side(cells, kept)
+    >>> sorted(k[1:3] for k in keep), again
+    ([('asap', 'random'), ('lmstream', 'random')], ['LR1S constant r0 at 1000'])
+    >>> side_by_side(cells, {cell_key(c): dict(c) for c in cells}, remeasure={"LR1S"})[1]
+    ['LR1S constant r0 at 1000', 'LR1S random r0 at 1000']
+    """
+    groups: dict[tuple, list[tuple]] = {}
+    for cell in cells:
+        groups.setdefault(group_key(cell), []).append(cell_key(cell))
+    keep, again = dict(kept), []
+    for group, keys in groups.items():
+        if group[0] in remeasure or not all(k in kept for k in keys):
+            if any(k in kept for k in keys):
+                query, traffic, rep, rate, load = group
+                again.append(f"{query} {traffic} r{rep} at {rate:g}" + ("" if load == "sweep" else f" ({load})"))
+            for k in keys:
+                keep.pop(k, None)
+    return keep, again
 
 
 def start(out: Path, config: Mapping[str, Any], started_at: str, commit: str | None = None) -> dict:

@@ -8,7 +8,7 @@ import shutil
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional, Sequence
 
 from ..exceptions import ConfigError
 from .capacity import PROBE_COLUMNS, _capacity
@@ -20,7 +20,19 @@ from . import resume as _resume
 
 class _Runner:
     """Runs cells on one SparkSession and measures their CPU (``engine``: the session's
-    :class:`~lmstream_kit.engine.adapter.SparkEngine`, or None where ``spark`` is given alone)."""
+    :class:`~lmstream_kit.engine.adapter.SparkEngine`, or None where ``spark`` is given alone).
+
+    Before a query's first measured run on a JVM, :meth:`warm` runs a discarded warm-up of it:
+    ``cfg.warmup_s`` simulated seconds, and on a JVM that has run nothing yet at least
+    ``cfg.jvm_warmup_s`` wall seconds.  A new session (:meth:`recover`) is a new JVM, warmed again.
+
+    Why the first is longer, measured on the 2-core VM (paper-2026-11-27): the sweep's first cell,
+    after a 10 s warm-up, planned its LR1S batches in 181-204 ms (median) in its first third and in
+    102-119 ms in its last, as every later cell did from its start, and it cost 1.5x the CPU per
+    row of the same policy's cell with random traffic: Java's compiler was still at work.  The
+    capacity search had no warm-up at all after a resume: its first probe there (LR2S, lmstream,
+    45,255 rows/s) made 29 batches with 10% late, and its repetition on the warm JVM 18, all within.
+    """
 
     def __init__(self, cfg: BenchConfig, out: Path, spark, meter, stamp: str = "", engine=None) -> None:
         self.cfg = cfg
@@ -29,6 +41,29 @@ class _Runner:
         self.meter = meter
         self.stamp = stamp  # the bench's start: a fresh topic for each run of a bench on Kafka
         self.engine = engine
+        self.warmed: set = set()  # the queries warmed up on this JVM
+
+    def warmup_s(self) -> float:
+        """Simulated seconds of the next warm-up: longer on a JVM that has run no query yet (0: none)."""
+        if self.cfg.warmup_s <= 0:
+            return 0.0
+        if self.warmed:
+            return float(self.cfg.warmup_s)
+        return max(float(self.cfg.warmup_s), float(self.cfg.jvm_warmup_s) * self.cfg.speedup)
+
+    def warm(self, query: str, announce: Optional[Callable[[str], None]] = None) -> bool:
+        """Run ``query``'s discarded warm-up (asap, constant traffic, the bench's rate) where it has not
+        run on this JVM; ``announce(label)`` first.  Whether one ran."""
+        name = self.cfg.workload(query).name
+        duration = self.warmup_s()
+        if duration <= 0 or name in self.warmed:
+            return False
+        if announce is not None:
+            announce(f"warm-up {name}")
+        self.run(query, "asap", "constant", rate=self.cfg.rate, seed=self.cfg.seed, duration_s=duration,
+                 run_dir=self.out / "runs" / f"warmup-{name}")
+        self.warmed.add(name)
+        return True
 
     def recover(self) -> Optional[str]:
         """After a run failed: where Spark's JVM exited with it (out of heap), start a new session and
@@ -39,6 +74,7 @@ class _Runner:
 
         why = self.engine.restart()
         self.spark = self.engine.spark
+        self.warmed.clear()  # a new JVM: its code is cold again
         if self.meter is not None:
             self.meter = CpuMeter(self.engine.driver_pid())
         return why
@@ -137,6 +173,7 @@ def run_bench(
     reproduction: Optional[Path] = None,
     notes: Optional[str] = None,
     resume: bool = False,
+    remeasure: Sequence[str] = (),
 ) -> BenchResult:
     """Run the sweep (and the capacity search) and write results, figures and report.
 
@@ -145,7 +182,10 @@ def run_bench(
     ``resume``: go on with the bench in ``out`` that was interrupted; the cells and capacity
     probes it finished are kept and only the rest run (:mod:`~lmstream_kit.bench.resume`; a
     ConfigError where the command measures differently).  Without it, a bench in ``out`` is
-    started afresh.
+    started afresh.  A resumed bench keeps a finished cell only where every policy of its (query,
+    traffic, repetition, rate) was kept too: otherwise they all run again, side by side
+    (:func:`~lmstream_kit.bench.resume.side_by_side`), as do every cell of a query in ``remeasure``;
+    ``meta["remeasured"]`` lists those groups.
     """
     import pandas as pd
 
@@ -162,6 +202,7 @@ def run_bench(
     started = datetime.now(timezone.utc)
     settings = _config_dict(cfg)
     saved = _resume.check(out, settings) if resume else None  # refused before Spark starts
+    remeasure = _remeasured(cfg, remeasure, resume)
     if cfg.feed is not None:  # a broker that does not answer is one line, before Spark starts
         from ..feed.kafka import check_reachable, parse_kafka_uri
 
@@ -205,9 +246,12 @@ def run_bench(
         rows: list[dict] = []
         batch_records: list[dict] = []
         cells = cfg.cells()
+        kept, again = _resume.side_by_side(cells, kept, remeasure)
+        if again:
+            meta["remeasured"] = again
         to_run = {cfg.workload(c["query"]).name for c in cells if _resume.cell_key(c) not in kept}
-        warm = [q for q in cfg.queries if q in to_run] if cfg.warmup_s > 0 else []
-        progress = {"done": 0, "total": len(cells) + len(warm), "warmed": set()}
+        warm = [n for n in (cfg.workload(q).name for q in cfg.queries) if n in to_run] if cfg.warmup_s > 0 else []
+        progress = {"done": 0, "total": len(cells) + len(warm), "planned": set(warm)}
 
         def run_cells(cells: list[dict], phase: str) -> Optional[str]:
             """Run (or keep) ``cells`` in order; the failed cell's error (one line), None if none failed."""
@@ -221,12 +265,13 @@ def run_bench(
                     notify({"phase": phase, "done": progress["done"], "total": progress["total"],
                             "label": f"kept {row['run_dir']}"})
                     continue
-                if cfg.warmup_s > 0 and workload.name not in progress["warmed"]:
-                    label = f"warm-up {workload.name}"
+                def announce(label: str) -> None:
+                    if workload.name not in progress["planned"]:  # a new session's: not counted before
+                        progress["total"] += 1
+                    progress["planned"].discard(workload.name)
                     notify({"phase": "warmup", "done": progress["done"], "total": progress["total"], "label": label})
-                    runner.run(workload.name, "asap", "constant", rate=cfg.rate, seed=cfg.seed,
-                               duration_s=cfg.warmup_s, run_dir=out / "runs" / f"warmup-{workload.name}")
-                    progress["warmed"].add(workload.name)
+
+                if runner.warm(workload.name, announce):
                     progress["done"] += 1
                 label = _cell_label(workload.name, cell)
                 notify({"phase": phase, "done": progress["done"], "total": progress["total"], "label": label})
@@ -270,8 +315,12 @@ def run_bench(
                 near, skipped = cfg.capacity_cells(probes)
                 if skipped:
                     meta["at_capacity_skipped"] = skipped
+                kept, again = _resume.side_by_side(near, kept, remeasure)
+                if again:
+                    meta["remeasured"] = [*meta.get("remeasured", []), *again]
                 fresh = {cfg.workload(c["query"]).name for c in near if _resume.cell_key(c) not in kept}
-                cold = fresh - progress["warmed"] if cfg.warmup_s > 0 else set()
+                cold = fresh - runner.warmed if cfg.warmup_s > 0 else set()
+                progress["planned"] |= cold
                 progress["total"] += len(near) + len(cold)
                 failed = run_cells(near, "sweep")
         cells_log.close()
@@ -285,6 +334,22 @@ def run_bench(
         return BenchResult(results, batches, capacity, meta, out)
     finally:
         engine.close()
+
+
+def _remeasured(cfg: BenchConfig, queries: Sequence[str], resume: bool) -> frozenset:
+    """The ``queries`` to measure again, as the sweep's cells name them (any case); a ConfigError
+    naming a query the sweep does not run, or where ``queries`` come without ``resume``."""
+    if not queries:
+        return frozenset()
+    if not resume:
+        raise ConfigError("remeasure needs resume: a bench that is not resumed measures every cell anyway")
+    names = {str(q).upper(): q for q in cfg.queries}  # as the cells name them
+    out = set()
+    for q in queries:
+        if str(q).upper() not in names:
+            raise ConfigError(f"cannot remeasure {q!r}: the sweep's queries are {', '.join(cfg.queries)}")
+        out.add(names[str(q).upper()])
+    return frozenset(out)
 
 
 def _cell_label(query: str, cell: dict) -> str:
