@@ -130,8 +130,8 @@ def test_a_resume_remeasures_a_query_side_by_side_when_asked_and_names_a_query_i
     with pytest.raises(ConfigError, match=r"^cannot remeasure 'CM2S': the sweep's queries are LR2S, CM1S$"):
         run_bench(config(**cfg), out, resume=True, remeasure=["CM2S"])
     with pytest.raises(ConfigError, match=r"^remeasure needs resume"):
-        run_bench(config(**cfg), out, remeasure=["LR2S"])
-    assert again == []
+        run_bench(config(**cfg), tmp_path / "new", remeasure=["LR2S"])
+    assert again == [] and not (tmp_path / "new").exists()
 
 
 def test_a_fresh_jvm_warms_up_longer_and_a_resumed_capacity_search_warms_up_before_its_first_probe(

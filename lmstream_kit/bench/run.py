@@ -194,6 +194,7 @@ def run_bench(
     from ..metrics import JsonlWriter
 
     out = Path(out)
+    remeasure = _remeasured(cfg, remeasure, resume)  # refused before anything is written
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -202,7 +203,6 @@ def run_bench(
     started = datetime.now(timezone.utc)
     settings = _config_dict(cfg)
     saved = _resume.check(out, settings) if resume else None  # refused before Spark starts
-    remeasure = _remeasured(cfg, remeasure, resume)
     if cfg.feed is not None:  # a broker that does not answer is one line, before Spark starts
         from ..feed.kafka import check_reachable, parse_kafka_uri
 
