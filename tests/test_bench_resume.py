@@ -126,7 +126,9 @@ def test_a_resume_remeasures_a_query_side_by_side_when_asked_and_names_a_query_i
     assert [c[0] for c in again] == ["LR2S-lmstream-constant-r0", "LR2S-fixed-constant-r0", "LR2S-asap-constant-r0"]
     assert result.meta["remeasured"] == ["LR2S constant r0 at 1000"] and len(result.results) == 6
     again.clear()
-    assert "remeasured" not in run_bench(config(**cfg), out, resume=True).meta and again == []
+    # a later part runs nothing again and still says what an earlier part re-measured
+    assert run_bench(config(**cfg), out, resume=True).meta["remeasured"] == ["LR2S constant r0 at 1000"]
+    assert again == []
     with pytest.raises(ConfigError, match=r"^cannot remeasure 'CM2S': the sweep's queries are LR2S, CM1S$"):
         run_bench(config(**cfg), out, resume=True, remeasure=["CM2S"])
     with pytest.raises(ConfigError, match=r"^remeasure needs resume"):

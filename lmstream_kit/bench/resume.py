@@ -179,6 +179,17 @@ def resumed(out: Path, saved: dict | None, config: Mapping[str, Any], now: str, 
     return _write(Path(out), saved)
 
 
+def note_remeasured(out: Path, groups: list[str]) -> list[str]:
+    """Add ``groups`` (:func:`side_by_side`'s labels) to the groups the bench in ``out`` re-measured in
+    any of its parts; returns them all, in order."""
+    path = Path(out) / CONFIG_FILE
+    saved = json.loads(path.read_text()) if path.exists() else {}
+    saved["remeasured"] = [*saved.get("remeasured", []), *groups]
+    if groups:
+        _write(Path(out), saved)
+    return saved["remeasured"]
+
+
 def finished_cells(out: Path) -> dict:
     """``{cell_key: row}`` of the cells ``out/cells.jsonl`` logged as finished without failing, whose run
     directory is still there (the last row of a cell wins)."""

@@ -247,8 +247,8 @@ def run_bench(
         batch_records: list[dict] = []
         cells = cfg.cells()
         kept, again = _resume.side_by_side(cells, kept, remeasure)
-        if again:
-            meta["remeasured"] = again
+        if remeasured := _resume.note_remeasured(out, again):  # this part's and the parts' before
+            meta["remeasured"] = remeasured
         to_run = {cfg.workload(c["query"]).name for c in cells if _resume.cell_key(c) not in kept}
         warm = [n for n in (cfg.workload(q).name for q in cfg.queries) if n in to_run] if cfg.warmup_s > 0 else []
         progress = {"done": 0, "total": len(cells) + len(warm), "planned": set(warm)}
@@ -316,8 +316,8 @@ def run_bench(
                 if skipped:
                     meta["at_capacity_skipped"] = skipped
                 kept, again = _resume.side_by_side(near, kept, remeasure)
-                if again:
-                    meta["remeasured"] = [*meta.get("remeasured", []), *again]
+                if remeasured := _resume.note_remeasured(out, again):
+                    meta["remeasured"] = remeasured
                 fresh = {cfg.workload(c["query"]).name for c in near if _resume.cell_key(c) not in kept}
                 cold = fresh - runner.warmed if cfg.warmup_s > 0 else set()
                 progress["planned"] |= cold

@@ -171,6 +171,49 @@ def controller_text(meta: Mapping | None) -> str:
     return "; ".join(part for part in (", ".join(rules), extra) if part) or "–"
 
 
+def history_items(meta: Mapping | None) -> list:
+    """(label, text) pairs on how a bench came to be, where it did not run in one go: its parts
+    (``bench --resume``) and the kit's source commits they ran, the warm-ups, the sessions started
+    anew after the driver's JVM exited, and the groups of cells re-measured side by side.
+
+    >>> meta = {"resumed_at": ["2026-11-28T03:14:17+00:00"], "commits": ["e715ca53234a", "8e62bb970697"],
+    ...         "config": {"warmup_s": 20.0, "jvm_warmup_s": 45.0},
+    ...         "remeasured": ["LR1S constant r0 at 1000"]}
+    >>> for label, text in history_items(meta):
+    ...     print(f"{label}: {text}")
+    parts: 2 (resumed 2026-11-28T03:14:17+00:00), from the kit's commits e715ca53234a, 8e62bb970697
+    warm-ups: 20 simulated s of each query before its first measured run on a JVM; a fresh JVM's first at least 45 wall s
+    re-measured side by side: LR1S constant r0 at 1000
+    >>> history_items({"config": {"warmup_s": 20.0}})   # a bench from before the warm-ups on every JVM
+    [('warm-ups', '20 simulated s of each query before its cells (none before capacity probes)')]
+    """
+    meta = dict(meta or {})
+    config = meta.get("config") or {}
+    items = []
+    resumed = [str(t) for t in meta.get("resumed_at") or []]
+    if resumed:
+        commits = [str(c) for c in meta.get("commits") or [] if c]
+        items.append(("parts", f"{len(resumed) + 1} (resumed {', '.join(resumed)})"
+                      + (f", from the kit's commits {', '.join(dict.fromkeys(commits))}" if commits else "")))
+    warmup = _num(config.get("warmup_s"))
+    if math.isfinite(warmup):
+        first = _num(config.get("jvm_warmup_s"))
+        if warmup <= 0:
+            text = "none"
+        elif "jvm_warmup_s" not in config:  # a bench from before: a warm-up per query before its cells only
+            text = f"{warmup:g} simulated s of each query before its cells (none before capacity probes)"
+        else:
+            text = f"{warmup:g} simulated s of each query before its first measured run on a JVM"
+            if math.isfinite(first) and first > 0:
+                text += f"; a fresh JVM's first at least {first:g} wall s"
+        items.append(("warm-ups", text))
+    if meta.get("restarts"):
+        items.append(("new sessions", "; ".join(str(r) for r in meta["restarts"])))
+    if meta.get("remeasured"):
+        items.append(("re-measured side by side", ", ".join(str(g) for g in meta["remeasured"])))
+    return items
+
+
 def _meta_items(meta: Mapping | None) -> list:
     """(label, text) pairs describing the run, in reading order."""
     meta = dict(meta or {})
@@ -221,4 +264,5 @@ def _meta_items(meta: Mapping | None) -> list:
         ("traffic", get(meta, "traffic")),
         ("started", get(meta, "started_at")),
         ("finished", get(meta, "finished_at")),
+        *history_items(meta),
     ]
