@@ -270,8 +270,9 @@ def run(workload, traffic, rate, spread, policy, trigger_s, slide_s, tumbling, t
 BENCH_PRESETS = {
     # a probe as long as a cell: at 40 simulated s LR1S under lmstream made 10 batches, so one batch
     # over the bound failed a probe at a rate whose 120 s cell kept 97.6% within it
+    # 14 probes: a bracket's two bounds twice each, and room for the third run of a tied rate
     "paper": {"duration": 120.0, "speedup": 2.0, "rate": 1000.0, "capacity": True, "capacity_duration": 120.0,
-              "capacity_budget": 6 * 3600.0, "overloads": ("LR2S=2000", "LR1S=2000"), "at_capacity": 0.8,
+              "capacity_probes": 14, "capacity_budget": 6 * 3600.0, "overloads": ("LR2S=2000", "LR1S=2000"), "at_capacity": 0.8,
               # at Spark's 1 GiB the fixed trigger's growing LR1S batches at 2,000 rows/s ran out of heap
               "confs": ("spark.driver.memory=4g",)},
 }
@@ -583,7 +584,7 @@ def compare(run_dirs):
 @click.option("--jars", default=None, help="Comma-separated jars for Spark (spark.jars).")
 @click.option("--feed", default=None, metavar="kafka://HOST:PORT/PREFIX", help="Send every run's traffic through a Kafka topic of its own (PREFIX-RUN-START, created) and stream from it; ?format=avro for Avro values [default: the spool].")
 @click.option("--kafka-partitions", default=2, show_default=True, type=int, help="Partitions of each topic of --feed.")
-@click.option("--preset", default=None, type=click.Choice(sorted(BENCH_PRESETS)), help="Start from a named sweep; options given explicitly override it. paper: the reproduction of docs/reproduction.md (all six queries, three policies, both traffic kinds, 120 simulated s at speedup 2, the capacity search (120 s probes) with a 6 h budget, overload cells for Fig. 1 at 2,000 rows/s on LR2S and LR1S, cells at 80% of asap's capacity, a 4 GiB driver heap; a --conf given adds to its confs).")
+@click.option("--preset", default=None, type=click.Choice(sorted(BENCH_PRESETS)), help="Start from a named sweep; options given explicitly override it. paper: the reproduction of docs/reproduction.md (all six queries, three policies, both traffic kinds, 120 simulated s at speedup 2, the capacity search (120 s probes, 14 per query and policy) with a 6 h budget, overload cells for Fig. 1 at 2,000 rows/s on LR2S and LR1S, cells at 80% of asap's capacity, a 4 GiB driver heap; a --conf given adds to its confs).")
 @click.option("--resume", is_flag=True, default=False, help="Go on with the interrupted bench in --out: the cells and capacity probes it finished are kept, the rest run. Give the same options (a setting that changes what a cell measures is refused).")
 @click.option("--remeasure", "remeasure", multiple=True, metavar="QUERY", help="With --resume: run QUERY's finished cells again, every policy side by side (repeatable). A resumed bench also runs again every policy of a cell that failed or is new.")
 @click.option("--out", "out", required=True, type=click.Path(path_type=Path), help="Bench directory.")
@@ -608,6 +609,7 @@ def bench(queries, policies, traffic, duration, repeat, speedup, rate, spread, s
         capacity = values.get("capacity", capacity)
         capacity_duration = values.get("capacity_duration", capacity_duration)
         capacity_budget = values.get("capacity_budget", capacity_budget)
+        capacity_probes = values.get("capacity_probes", capacity_probes)
         overloads = values.get("overloads", overloads)
         at_capacity = values.get("at_capacity", at_capacity)
         confs = (*BENCH_PRESETS[preset].get("confs", ()), *confs)  # merged: a given key wins

@@ -46,17 +46,18 @@ def test_search_halves_while_the_start_fails_and_brackets_below_it():
     assert (s.lo, s.hi, s.status) == (297, 324, "bracketed")
 
 
-def test_a_noisy_rate_that_passed_once_and_failed_its_repetition_is_a_fail():
+def test_a_noisy_rate_is_what_most_of_its_runs_say_and_a_tie_runs_once_more():
     def noisy(rate, rep):  # capacity 3000 give or take 10%, drawn per run from its own seed
         return rate <= 3000 * (1 + 0.1 * random.Random(f"8/{rate}/{rep}").gauss(0, 1))
 
     s = search(noisy, max_probes=12, max_rate=1e5)
     assert s.probes == [(1000, 0, True), (2000, 0, True), (4000, 0, False), (2828, 0, True),
-                        (3363, 0, True), (3668, 0, False), (3363, 1, False), (3084, 0, True),
-                        (3084, 1, False), (2828, 1, True)]
-    # 3363 and then 3084 passed their first run: their failed repetitions moved the bracket down
+                        (3363, 0, True), (3668, 0, False), (3363, 1, False), (3363, 2, False), (3084, 0, True),
+                        (3084, 1, False), (3084, 2, False), (2828, 1, True)]
+    # 3363 and then 3084 passed their first run: a failed repetition tied each, and the third run
+    # failed too, so they are fails and the bracket moved down
     assert (s.lo, s.hi, s.status, s.bound_reps) == (2828, 3084, "bracketed", 2)
-    assert s.runs_at(3363) == 2 and s.runs_at(1000) == 1
+    assert s.runs_at(3363) == 3 and s.runs_at(1000) == 1 and s.verdict(3363) is False
 
 
 def test_a_failed_first_run_stays_a_fail_when_its_repetition_passes():
@@ -69,9 +70,12 @@ def test_no_failing_rate_up_to_the_max_is_open_after_the_max_ran_twice():
     s = search(lambda rate, rep: True, max_probes=12, max_rate=3000)
     assert s.probes == [(1000, 0, True), (2000, 0, True), (3000, 0, True), (3000, 1, True)]
     assert (s.lo, s.hi, s.status) == (3000, None, "open")
-    # the max's repetition fails: no longer open, it bisects below it
-    flaky = search(lambda rate, rep: not (rate == 3000 and rep == 1), max_probes=12, max_rate=3000)
-    assert [rate for rate, _, _ in flaky.probes][:5] == [1000, 2000, 3000, 3000, 2449]
+    # the max's repetition fails once: a tie, and a third run that passes keeps it open
+    once = search(lambda rate, rep: not (rate == 3000 and rep == 1), max_probes=12, max_rate=3000)
+    assert once.probes[3:] == [(3000, 1, False), (3000, 2, True)] and once.status == "open"
+    # it fails twice: no longer open, it bisects below it
+    flaky = search(lambda rate, rep: not (rate == 3000 and rep >= 1), max_probes=12, max_rate=3000)
+    assert [rate for rate, _, _ in flaky.probes][:6] == [1000, 2000, 3000, 3000, 3000, 2449]
     assert flaky.hi == 3000 and flaky.status == "bracketed"
 
 

@@ -509,3 +509,42 @@ def test_result_latency_names_the_batches_that_emit_each_window(spark, tmp_path,
     assert sum(r.get("windows_closed", 0) for r in records.values()) == sum(map(len, emitted.values()))
     if target == "window":  # the data that closes a window is admitted at once
         assert "window" in {r["decision_reason"] for r in s.records}
+
+
+def test_a_stop_that_interrupts_a_running_batch_logs_no_traceback(spark, tmp_path, caplog):
+    """An overloaded stream's batch outlives the stop's wait, and the stop interrupts it: py4j then
+    logs the batch function's InterruptedException, 40 lines, unless the kit interrupts on purpose."""
+    import logging
+    import threading
+    import time
+
+    from lmstream_kit.engine.session import _quiet_exited_jvm_logs
+    from lmstream_kit.engine.stream import stop_query
+
+    _quiet_exited_jvm_logs()
+
+    def interrupted_traceback(stop) -> list:
+        running = threading.Event()
+
+        def slow(df, batch_id):  # a Spark action that takes minutes
+            running.set()
+            df.sparkSession.range(0, 10**12, numPartitions=2).selectExpr("sum(id * id)").collect()
+
+        name = f"slow_{len(caplog.records)}"
+        query = (spark.readStream.format("rate").option("rowsPerSecond", 1).load().writeStream
+                 .queryName(name).foreachBatch(slow)
+                 .option("checkpointLocation", str(tmp_path / name)).start())
+        assert running.wait(60)
+        time.sleep(1.0)  # the action's job runs
+        caplog.clear()
+        with caplog.at_level(logging.ERROR, logger="py4j.clientserver"):
+            stop(query)
+        return [r for r in caplog.records if r.name == "py4j.clientserver" and r.exc_info]
+
+    try:
+        # without the kit's stop, py4j logs the interrupted batch's error with its traceback ...
+        assert interrupted_traceback(lambda q: q.stop())
+        # ... and the kit's stop, whose wait for the batch ran out, interrupts it without one
+        assert interrupted_traceback(lambda q: stop_query(q, is_idle=lambda: False, timeout_s=0.5)) == []
+    finally:
+        spark.sparkContext.cancelAllJobs()  # no endless sum outlives the test

@@ -22,6 +22,7 @@ CAPACITY_SHARE = 0.95
 #: the bracket [highest pass, lowest fail] is done when ``hi / lo - 1`` is at most this
 CAPACITY_RESOLUTION = 0.1
 #: runs (seeds ``seed``, ``seed + 1``, ...) each bound of the final bracket needs: one lucky run proves little
+#: (a rate's verdict is its runs' majority, a tie runs once more)
 CAPACITY_REPS = 2
 #: what a search's result says (see :attr:`CapacitySearch.status`)
 STATUSES = ("bracketed", "open", "not-converged", "none-passed")
@@ -35,14 +36,17 @@ class CapacitySearch:
 
     Pure logic: ask :meth:`next_rate`, run a probe at that rate (repetition
     :meth:`runs_at`, so seed ``seed + runs_at(rate)``) and tell the outcome with
-    :meth:`record`.  A rate *passed* when every run at it passed; one failed run
-    makes it a fail.  :attr:`lo` is the highest passed rate, :attr:`hi` the lowest
-    failed one.  The search starts at ``start``; doubles while probes pass (up to
-    ``max_rate``); halves while they fail (down to ``start / 8``); bisects
-    (geometric midpoint) until ``hi / lo - 1 <= resolution``; then runs each
-    bound again until it has ``reps`` runs.  A repeat at ``lo`` that fails makes
-    it the new ``hi`` and the bisection goes on below it.  No more than
-    ``max_probes`` runs (repetitions included) are made.
+    :meth:`record`.  A rate *passed* when most runs at it passed and *failed* when
+    most failed; where they tie (a pass and a fail) it runs once more, so that
+    neither one lucky run nor one unlucky one (a garbage collection in a policy's
+    few large batches) decides a bound.  :attr:`hi` is the lowest failed rate,
+    :attr:`lo` the highest passed one below it.  The search starts at ``start``;
+    doubles while probes pass (up to ``max_rate``); halves while they fail (down
+    to ``start / 8``); bisects (geometric midpoint) until ``hi / lo - 1 <=
+    resolution``; then runs each bound again until it has ``reps`` runs.  A
+    bound whose repeats turn its verdict moves the bracket and the search goes
+    on from there.  No more than ``max_probes`` runs (repetitions included) are
+    made.
 
     Parameters
     ----------
@@ -71,14 +75,25 @@ class CapacitySearch:
     >>> s.lo, s.hi, s.status, s.bound_reps
     (2828, 3084, 'bracketed', 2)
 
-    A lucky run: 2,828 passes once and fails its repetition, so it is a fail, and the
-    bisection goes on below it:
+    An unlucky run: 2,828's repetition fails, a tie that a third run decides; it passes, so the
+    bracket stands:
 
     >>> s = CapacitySearch(1000, max_probes=12, max_rate=100000)
     >>> while (r := s.next_rate()) is not None:
     ...     s.record(r, r <= 3000 and (r, s.runs_at(r)) != (2828, 1))
     >>> s.probes[6:]
-    [(2828, 1, False), (2378, 0, True), (2593, 0, True), (2593, 1, True)]
+    [(2828, 1, False), (2828, 2, True), (3084, 1, False)]
+    >>> s.lo, s.hi, s.status
+    (2828, 3084, 'bracketed')
+
+    A lucky run: 2,828 passed first, and its next two runs fail, so it is a fail, and the
+    bisection goes on below it:
+
+    >>> s = CapacitySearch(1000, max_probes=12, max_rate=100000)
+    >>> while (r := s.next_rate()) is not None:
+    ...     s.record(r, r <= 3000 and not (r == 2828 and s.runs_at(r) > 0))
+    >>> s.probes[6:]
+    [(2828, 1, False), (2828, 2, False), (2378, 0, True), (2593, 0, True), (2593, 1, True)]
     >>> s.lo, s.hi, s.status, s.bound_reps
     (2593, 2828, 'bracketed', 2)
     """
@@ -108,21 +123,29 @@ class CapacitySearch:
         self.probes: list[tuple[int, int, bool]] = []
         self._runs: dict[int, list[bool]] = {}
 
-    @property
-    def lo(self) -> Optional[int]:
-        """The highest rate every run of which passed (None: none did)."""
-        passed = [r for r, runs in self._runs.items() if all(runs)]
-        return max(passed) if passed else None
+    def verdict(self, rate: float) -> Optional[bool]:
+        """Whether ``rate`` passed: most of its runs passed (True) or failed (False); None where they
+        tie (it runs once more) or it has none."""
+        runs = self._runs.get(int(round(rate)), ())
+        passed = sum(runs)
+        return None if 2 * passed == len(runs) else 2 * passed > len(runs)
 
     @property
     def hi(self) -> Optional[int]:
-        """The lowest rate a run of which failed (None: none did)."""
-        failed = [r for r, runs in self._runs.items() if not all(runs)]
+        """The lowest rate most runs of which failed (None: none did)."""
+        failed = [r for r in self._runs if self.verdict(r) is False]
         return min(failed) if failed else None
 
     @property
+    def lo(self) -> Optional[int]:
+        """The highest rate below :attr:`hi` most runs of which passed (None: none did)."""
+        hi = self.hi
+        passed = [r for r in self._runs if self.verdict(r) is True and (hi is None or r < hi)]
+        return max(passed) if passed else None
+
+    @property
     def capacity(self) -> Optional[int]:
-        """The highest rate that passed every run: :attr:`lo`."""
+        """The highest rate that most runs passed: :attr:`lo`."""
         return self.lo
 
     @property
@@ -164,6 +187,9 @@ class CapacitySearch:
 
     def _plan(self) -> Optional[int]:
         """The next rate with no probe limit; None when the search is done."""
+        tied = [r for r in self._runs if self.verdict(r) is None]
+        if tied:  # a pass and a fail (only a bound's repeat makes one): a third run decides
+            return min(tied)
         lo, hi = self.lo, self.hi
         if lo is None and hi is None:
             return self.start

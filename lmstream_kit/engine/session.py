@@ -8,6 +8,7 @@ quiet logs.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import re
@@ -207,6 +208,51 @@ class ExitedJvmLogFilter(logging.Filter):
             return True
 
 
+class InterruptedBatchLogFilter(logging.Filter):
+    """Drops py4j's traceback of the batch that the kit interrupts on purpose: a stop that cannot
+    wait for the batch in flight (an overloaded stream, :func:`~lmstream_kit.engine.stream.stop_query`)
+    interrupts it, and py4j logs the Java ``InterruptedException`` that the batch's function then
+    raises, 40 lines of it.  A record goes only while :func:`interrupting` is in force, and only
+    where its error is a Java exception (``Py4JJavaError``); Spark runs the batch again on restart.
+
+    >>> from py4j.protocol import Py4JJavaError
+    >>> def record(exc):
+    ...     return logging.LogRecord("py4j.clientserver", logging.ERROR, "", 0, "x", None, (type(exc), exc, None))
+    >>> f = InterruptedBatchLogFilter()
+    >>> from types import SimpleNamespace                 # a Java exception's stand-in: its id alone
+    >>> java = Py4JJavaError("An error occurred while calling o5797.save.", SimpleNamespace(_target_id="o1"))
+    >>> f.filter(record(java))                       # no stop in progress: kept
+    True
+    >>> with interrupting():
+    ...     f.filter(record(java)), f.filter(record(ValueError("x")))
+    (False, True)
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not _INTERRUPTING:
+            return True
+        from py4j.protocol import Py4JJavaError
+
+        error = record.exc_info[1] if record.exc_info else None
+        return not isinstance(error, Py4JJavaError)
+
+
+#: stops in progress that interrupt a running batch (:func:`interrupting`)
+_INTERRUPTING: list = []
+
+
+@contextlib.contextmanager
+def interrupting():
+    """While a stop interrupts the batch in flight on purpose: its traceback is not logged
+    (:class:`InterruptedBatchLogFilter`)."""
+    _quiet_exited_jvm_logs()
+    _INTERRUPTING.append(True)
+    try:
+        yield
+    finally:
+        _INTERRUPTING.pop()
+
+
 def _lost_connection(error: BaseException) -> bool:
     from py4j.protocol import Py4JError, Py4JJavaError, Py4JNetworkError
 
@@ -234,16 +280,18 @@ def _active_jvm_exited() -> bool:
     return proc is not None and process_exited(proc.pid)
 
 
-_JVM_LOG_FILTER = ExitedJvmLogFilter()
+_JVM_LOG_FILTERS = (ExitedJvmLogFilter(), InterruptedBatchLogFilter())
 
 
 def _quiet_exited_jvm_logs() -> None:
-    """Put :class:`ExitedJvmLogFilter` on the loggers py4j logs a lost JVM's calls to (the root
-    logger takes ``logging.exception`` from py4j's gateway); once."""
+    """Put :class:`ExitedJvmLogFilter` and :class:`InterruptedBatchLogFilter` on the loggers py4j
+    logs a lost JVM's calls and its callbacks' errors to (the root logger takes
+    ``logging.exception`` from py4j's gateway); once."""
     for name in ("", "py4j.clientserver", "py4j.java_gateway"):
         target = logging.getLogger(name)
-        if _JVM_LOG_FILTER not in target.filters:
-            target.addFilter(_JVM_LOG_FILTER)
+        for log_filter in _JVM_LOG_FILTERS:
+            if log_filter not in target.filters:
+                target.addFilter(log_filter)
 
 
 def _quiet_accumulator_server(spark) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import time
@@ -132,16 +133,23 @@ def stop_query(query, *, is_idle: Callable[[], bool], timeout_s: float = 60.0) -
     (admission closed and no foreachBatch running) and Spark reports no active
     trigger, and only then stop.
     """
+    from .session import interrupting
+
     deadline = time.monotonic() + timeout_s
+    idle = False
     while time.monotonic() < deadline:
         try:
             active = query.isActive and query.status.get("isTriggerActive", False)
         except Exception:
             active = False
         if is_idle() and not active:
+            idle = True
             break
         time.sleep(0.02)
-    try:
-        query.stop()
-    except Exception:
-        pass
+    # a batch still running after the wait is interrupted on purpose: Spark runs it again on
+    # restart, and py4j's traceback of its InterruptedException says nothing more
+    with contextlib.nullcontext() if idle else interrupting():
+        try:
+            query.stop()
+        except Exception:
+            pass

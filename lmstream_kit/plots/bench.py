@@ -370,8 +370,8 @@ def pick_timeline_queries(results: pd.DataFrame) -> dict:
 def fig_capacity(capacity: pd.DataFrame | None) -> go.Figure | None:
     """Bars of each query's and policy's capacity bracket (:func:`.frames.capacity_brackets`).
 
-    A bar reaches the highest rate that passed every run (``lo``); its whisker
-    reaches the lowest rate that failed (``hi``), so the capacity lies between
+    A bar reaches the highest rate that passed (``lo``: most of its runs did); its
+    whisker reaches the lowest rate that failed (``hi``), so the capacity lies between
     the bar's top and the whisker's end.  No whisker: no rate failed; an empty
     bar: none passed.  Each bar is labelled with its bracket and the hover
     text gives the status, runs and repetitions.  ``None`` when the capacity

@@ -63,8 +63,9 @@ CAPTIONS = {
     "capacity": (
         "Capacity (not in the paper) — the highest offered rate (rows per simulated second) at "
         f"which at least {PASS_SHARE:.0%} of micro-batches met the latency bound, per query and policy, "
-        "as a bracket from the highest rate every run of which passed to the lowest rate a run of which "
-        "failed. Bracketed: within 10%, each bound run at least twice (the bench's seed, then seed + 1); "
+        "as a bracket from the highest rate that passed to the lowest that failed; a rate's verdict is "
+        "most of its runs' (a tie runs once more; a bench from before repeated probes ran each rate once). "
+        "Bracketed: within 10%, each bound run at least twice (the bench's seed, then seed + 1); "
         "open: no rate up to the search's maximum failed; not converged: the probe limit or the time "
         "budget stopped the search first; none passed: every probed rate failed. A ratio is the range "
         "its two brackets allow. A note says where a run at the failing rate failed by a single batch "
