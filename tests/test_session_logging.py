@@ -11,6 +11,8 @@ START = """
 from lmstream_kit.engine.session import build_session
 spark = build_session(master="local[1]")
 print("session", spark.version, flush=True)
+args = spark._jvm.java.lang.management.ManagementFactory.getRuntimeMXBean().getInputArguments()
+print("heap", [str(a) for a in args if str(a).startswith(("-Xms", "-Xmx"))], flush=True)
 spark.stop()
 """
 
@@ -22,6 +24,8 @@ def test_a_kit_session_starts_without_spark_log_level_lines(tmp_path):
                           cwd=tmp_path)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0 and "session " in proc.stdout, out[-3000:]
+    # the heap starts at its maximum (Spark's 1g): no full collections to grow it
+    assert "heap ['-Xms1g', '-Xmx1g']" in proc.stdout or "heap ['-Xmx1g', '-Xms1g']" in proc.stdout, proc.stdout
     for line in ("Setting default log level", "To adjust logging level", "Using Spark's default log4j profile"):
         assert line not in out, out[-3000:]
 
@@ -36,6 +40,16 @@ def test_the_drivers_collector_is_the_parallel_one_unless_the_caller_names_anoth
     given = driver_java_options("-XX:+UseSerialGC -XX:TieredStopAtLevel=1").split()
     assert "-XX:+UseParallelGC" not in given and given[-2:] == ["-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1"]
     assert driver_java_options("-Xmx2g").split()[1] == "-XX:+UseParallelGC"  # no collector named: the kit's
+
+
+def test_the_drivers_heap_starts_at_its_maximum_unless_the_caller_sizes_it(monkeypatch):
+    from lmstream_kit.engine.session import driver_java_options
+
+    monkeypatch.delenv("LMSTREAM_DRIVER_JAVA_OPTIONS", raising=False)
+    assert driver_java_options(memory="4g").split()[3] == "-Xms4g"
+    assert "-Xms4g" not in driver_java_options("-Xms512m", memory="4g").split()
+    assert not [o for o in driver_java_options(memory="lots").split() if o.startswith("-Xms")]
+    assert not [o for o in driver_java_options().split() if o.startswith("-Xms")]
 
 
 def test_the_environments_driver_options_come_before_the_callers(monkeypatch):

@@ -57,6 +57,8 @@ DRIVER_COLLECTOR = "-XX:+UseParallelGC"
 #: hanging; an exited JVM is seen (``SparkEngine.jvm_exited``), said in one line, and replaced.
 DRIVER_JAVA_OPTIONS = ("-Xss16m", DRIVER_COLLECTOR, "-XX:+ExitOnOutOfMemoryError")
 LOG4J_CONFIG = Path(__file__).with_name("log4j2.properties")
+#: Spark's ``spark.driver.memory`` where none is given
+SPARK_DRIVER_MEMORY = "1g"
 #: environment variable with JVM options for every driver the kit starts, put before the caller's
 #: own: the test suite sets ``-XX:TieredStopAtLevel=1`` there, since its drivers live a minute or
 #: two and spend their CPU compiling (a notebook's driver: 39 CPU-s with Java's optimising compiler,
@@ -64,17 +66,41 @@ LOG4J_CONFIG = Path(__file__).with_name("log4j2.properties")
 DRIVER_OPTIONS_ENV = "LMSTREAM_DRIVER_JAVA_OPTIONS"
 
 
-def driver_java_options(extra: str | None = None) -> str:
-    """The driver's JVM options: :data:`DRIVER_JAVA_OPTIONS`, the log configuration, the class-data
-    archive's (:func:`~lmstream_kit.engine.classarchive.archive_options`, where one is built),
-    ``$LMSTREAM_DRIVER_JAVA_OPTIONS``, then ``extra`` (the caller's
+def initial_heap_option(memory: str | None) -> str | None:
+    """``-Xms`` for a driver of ``spark.driver.memory`` ``memory`` (Spark's units: a plain number is
+    MiB, a ``b`` after the unit is allowed), so that its heap starts at its maximum; None where the
+    value does not parse.
+
+    A heap that starts small grows by full collections: each time its old generation's committed
+    part fills, the parallel collector stops every thread to collect all of it, then grows it.  On
+    the 2-core VM, LR1S under lmstream at 2,000 rows/s made 5 full collections a minute that way
+    and 1 with the heap fixed; LR1T at 8,000 made 2-3 and none, and 0.7-2.3 s pauses are what put
+    most of lmstream's late batches over the bound (benchmarks/gc_spikes.py, gc-spikes-vm-20261128-*).
+
+    >>> initial_heap_option("4g"), initial_heap_option("4096"), initial_heap_option("512mb"), initial_heap_option("x")
+    ('-Xms4g', '-Xms4096m', '-Xms512m', None)
+    """
+    found = re.fullmatch(r"\s*(\d+)\s*([kmgt]?)b?\s*", str(memory or ""), re.IGNORECASE)
+    if not found:
+        return None
+    return f"-Xms{found.group(1)}{found.group(2).lower() or 'm'}"
+
+
+def driver_java_options(extra: str | None = None, memory: str | None = None) -> str:
+    """The driver's JVM options: :data:`DRIVER_JAVA_OPTIONS`, the heap's initial size (``memory``:
+    ``spark.driver.memory``, :func:`initial_heap_option`, unless an ``-Xms`` is given), the log
+    configuration, the class-data archive's (:func:`~lmstream_kit.engine.classarchive.archive_options`,
+    where one is built), ``$LMSTREAM_DRIVER_JAVA_OPTIONS``, then ``extra`` (the caller's
     ``spark.driver.extraJavaOptions``); a collector named in either of the last two replaces
     :data:`DRIVER_COLLECTOR`."""
     options = list(DRIVER_JAVA_OPTIONS)
-    if LOG4J_CONFIG.exists():
-        options.append(f"-Dlog4j2.configurationFile=file:{LOG4J_CONFIG}")
     from_env = os.environ.get(DRIVER_OPTIONS_ENV, "").strip()
     added = " ".join(o for o in (from_env, str(extra or "").strip()) if o)
+    initial = initial_heap_option(memory) if memory is not None and "-Xms" not in added else None
+    if initial:
+        options.append(initial)
+    if LOG4J_CONFIG.exists():
+        options.append(f"-Dlog4j2.configurationFile=file:{LOG4J_CONFIG}")
     if re.search(r"-XX:\+Use\w+GC\b", added):  # the caller's collector, not the kit's
         options.remove(DRIVER_COLLECTOR)
     options.extend(archive_options(added or None))  # Spark's classes from the class-data archive, where built
@@ -119,7 +145,8 @@ def build_session(
 
     settings = dict(DEFAULT_CONF)
     settings.update(conf or {})
-    settings["spark.driver.extraJavaOptions"] = driver_java_options(settings.get("spark.driver.extraJavaOptions"))
+    settings["spark.driver.extraJavaOptions"] = driver_java_options(
+        settings.get("spark.driver.extraJavaOptions"), memory=settings.get("spark.driver.memory", SPARK_DRIVER_MEMORY))
     if jars:
         given = [j for j in str(settings.get("spark.jars", "")).split(",") if j]
         settings["spark.jars"] = ",".join([*given, *(str(j) for j in jars)])
