@@ -528,7 +528,7 @@ def test_a_stop_that_interrupts_a_running_batch_logs_no_traceback(spark, tmp_pat
 
         def slow(df, batch_id):  # a Spark action that takes minutes
             running.set()
-            df.sparkSession.range(0, 10**12, numPartitions=2).selectExpr("sum(id * id)").collect()
+            df.sparkSession.range(0, 10**13, numPartitions=2).selectExpr("sum(id % 2)").collect()
 
         name = f"slow_{len(caplog.records)}"
         query = (spark.readStream.format("rate").option("rowsPerSecond", 1).load().writeStream
