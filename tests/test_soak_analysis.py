@@ -267,9 +267,11 @@ def test_worker_roles_from_command_lines():
 @pytest.fixture
 def fake_jvm():
     """A process standing in for the JVM (plain Python, no Java), with one child named like a Spark worker."""
+    # the child says "ready" itself once it runs (it inherits the pipe), so the probe never races its start
     code = ("import subprocess, sys, time; "
-            "c = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)', 'pyspark.daemon']); "
-            "print('ready', flush=True); time.sleep(60)")
+            "c = subprocess.Popen([sys.executable, '-c', "
+            "'import time; print(\\'ready\\', flush=True); time.sleep(600)', 'pyspark.daemon']); "
+            "time.sleep(600)")
     proc = subprocess.Popen(["nice", "-n", "19", sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
     try:
         assert proc.stdout.readline().strip() == "ready"
@@ -302,7 +304,10 @@ def test_the_probe_reads_the_driver_the_jvm_py4j_names_and_its_python_workers(fa
     assert probe.jvm_found_by == "py4j" and s["jvm_pid"] == fake_jvm.pid
     assert s["driver_rss_bytes"] > 0 and s["driver_fds"] > 0 and s["driver_threads"] >= 1
     assert s["jvm_rss_bytes"] > 0 and s["jvm_threads"] >= 1
-    assert s["workers"] == 1 and s["worker_roles"] == {"daemon": 1} and s["workers_rss_bytes"] > 0
+    import psutil
+
+    seen = [(c.pid, c.status(), c.cmdline()) for c in psutil.Process(fake_jvm.pid).children(recursive=True)]
+    assert s["workers"] == 1 and s["worker_roles"] == {"daemon": 1} and s["workers_rss_bytes"] > 0, (s, seen)
 
 
 def test_the_probe_without_a_jvm_reports_none(monkeypatch):
