@@ -39,6 +39,12 @@ class FakeEngine:
     def jvm_exited(self):
         return None  # the JVM runs on: a failure of the stream's
 
+    def session_lost(self):
+        return self.jvm_exited()
+
+    def jvm_exit_code(self):
+        return None
+
 
 def fake_run(self, query, policy, traffic, *, rate, seed, duration_s, run_dir, catch_up_s=None):
     """Writes two batches to the run's metrics (as a stream does as it goes); fixed then fails."""

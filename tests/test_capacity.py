@@ -233,17 +233,24 @@ class CrashingRunner(FakeRunner):
     """A FakeRunner whose JVM exits on a run above ``crash_at``; ``recover`` says so once, and restarts."""
 
     def __init__(self, clock: FakeClock, capacity: float, crash_at: float, jvm_gone: bool = True,
-                 spent: int = 0) -> None:
+                 spent: int = 0, exit_codes: tuple = (), batches_first: bool = False) -> None:
         super().__init__(clock, capacity)
         self.crash_at, self.jvm_gone, self.restarts = crash_at, jvm_gone, 0
         self.exited = False
         self.spent = spent  # runs that crash before their first batch whatever the rate (a spent heap)
+        self.exit_codes = list(exit_codes)  # the lost JVMs' exit codes, in turn (then None: unknown)
+        self.batches_first = batches_first  # a crashing run writes two batches first
+        self.lost_exit_code = None
 
     def run(self, query, policy, traffic, *, rate, seed, duration_s, run_dir, catch_up_s):
         if self.spent or rate > self.crash_at:
             self.spent = max(0, self.spent - 1)
             self.calls.append((policy, rate, seed, run_dir.name))
             self.exited = self.jvm_gone
+            if self.batches_first:
+                run_dir.mkdir(parents=True, exist_ok=True)
+                (run_dir / "metrics.jsonl").write_text("".join(
+                    json.dumps({"batch_id": i, "rows": 100, "max_latency_s": 0.1}) + "\n" for i in (1, 2)))
             raise RuntimeError("Py4JNetworkError: Error while sending or receiving")
         return super().run(query, policy, traffic, rate=rate, seed=seed, duration_s=duration_s, run_dir=run_dir,
                            catch_up_s=catch_up_s)
@@ -253,6 +260,7 @@ class CrashingRunner(FakeRunner):
             return None
         self.exited, self.restarts = False, self.restarts + 1
         self.warmed.clear()  # a new JVM
+        self.lost_exit_code = self.exit_codes.pop(0) if self.exit_codes else None
         return "Spark's JVM exited (pid 42): killed, or out of memory"
 
 
@@ -287,6 +295,26 @@ def test_a_jvm_that_exits_before_a_probes_first_batch_is_blamed_on_the_runs_befo
     # the retry on the new session warms the new JVM first
     assert [(c[0], c[2]) if c[0] == "warm" else c[3] for c in runner.calls] == [
         ("warm", True), "capacity-LR2S-asap-1000-r0", ("warm", True), "capacity-LR2S-asap-1000-r0"]
+
+
+@pytest.mark.parametrize("codes, retried", [((56,), True), ((-9,), True), ((3,), False), ((None,), False),
+                                            ((56, 56), True)])
+def test_a_probe_whose_jvm_exits_after_batches_is_run_again_unless_it_ran_out_of_heap(tmp_path, codes, retried):
+    cfg = BenchConfig(queries=["LR2S"], policies=["asap"], capacity=True, capacity_duration_s=30,
+                      capacity_probes=1)
+    runner = CrashingRunner(FakeClock(), capacity=1e9, crash_at=1e9, spent=len(codes), exit_codes=codes,
+                            batches_first=True)
+    (row,) = _capacity(cfg, runner, tmp_path, lambda event: None, clock=runner.clock)
+    why = "Spark's JVM exited (pid 42): killed, or out of memory"
+    runs = [c for c in runner.calls if c[0] != "warm"]
+    if not retried:  # its own heap (or an exit nobody can tell): a failed run of this rate, not repeated
+        assert (len(runs), row["passed"], row["batches"], row["error"]) == (1, False, 2, why)
+        assert "retried" not in row
+    elif len(codes) == 1:  # Spark's exit (heartbeat lost to an earlier probe's collection), a kill: again
+        assert (len(runs), row["passed"], row["batches"], row["retried"]) == (2, True, 2, why)
+        assert "error" not in row
+    else:  # retried once only: the second loss is the run's result
+        assert (len(runs), row["passed"], row["error"], row["retried"]) == (2, False, why, why)
 
 
 def test_a_probe_that_fails_with_the_jvm_running_fails_the_bench(tmp_path):

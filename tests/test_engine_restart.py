@@ -45,3 +45,47 @@ def test_a_driver_out_of_heap_exits_and_the_engine_restarts_on_a_new_jvm():
     assert "Spark's JVM exited (pid" in exited and "out of memory" in exited
     assert next(line for line in lines if line.startswith("WHY ")) == "WHY " + exited[len("EXITED "):]
     assert "COUNT 7" in lines
+
+
+LOST = r"""
+import time
+from lmstream_kit.engine.adapter import SparkEngine
+
+engine = SparkEngine(master="local[1]").open()
+first = engine.driver_pid()
+assert engine.session_lost() is None
+# a context stopped while its JVM runs on: no exit comes, so the engine kills that JVM for a new one
+engine.spark.sparkContext._jsc.sc().stop()
+print("STOPPED", engine.session_lost(wait_s=2.0))
+print("CODE1", engine.jvm_exit_code())
+engine.restart()
+second = engine.driver_pid()
+assert second not in (None, first) and engine.session_lost() is None
+# Spark's own exit, as an executor that lost its heartbeat to the driver makes it (System.exit(56))
+try:
+    engine.spark.sparkContext._jvm.java.lang.System.exit(56)
+except Exception as exc:
+    print("EXIT CALL", type(exc).__name__)
+print("LOST", engine.session_lost(wait_s=60.0))
+print("CODE2", engine.jvm_exit_code())
+engine.restart()
+assert engine.driver_pid() not in (None, first, second)
+print("COUNT", engine.spark.range(5).count())
+engine.close()
+"""
+
+
+def test_a_session_spark_stopped_or_exited_is_lost_with_its_reason_and_restarts():
+    proc = subprocess.run([sys.executable, "-c", LOST], capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    lines = proc.stdout.splitlines()
+
+    def said(prefix: str) -> str:
+        return next(line for line in lines if line.startswith(prefix + " "))[len(prefix) + 1:]
+
+    assert said("STOPPED").startswith("Spark stopped its context and its JVM (pid ")
+    assert said("STOPPED").endswith("did not exit within 2 s: killed, for a new session")
+    assert said("CODE1") == "-9"
+    assert said("LOST").startswith("Spark's JVM exited (pid ") and "lost its heartbeat" in said("LOST")
+    assert said("CODE2") == "56"
+    assert "COUNT 5" in lines

@@ -42,6 +42,7 @@ class _Runner:
         self.stamp = stamp  # the bench's start: a fresh topic for each run of a bench on Kafka
         self.engine = engine
         self.warmed: set = set()  # the queries warmed up on this JVM
+        self.lost_exit_code: Optional[int] = None  # the exit code of the last session's JVM (recover)
 
     def warmup_s(self) -> float:
         """Simulated seconds of the next warm-up: longer on a JVM that has run no query yet (0: none)."""
@@ -66,13 +67,19 @@ class _Runner:
         return True
 
     def recover(self) -> Optional[str]:
-        """After a run failed: where Spark's JVM exited with it (out of heap), start a new session and
-        return why the old one went; None where the JVM still runs (the failure was the stream's)."""
-        if self.engine is None or self.engine.jvm_exited() is None:
+        """After a run failed: where the session was lost with it (Spark's JVM exited, out of heap or
+        by Spark's own exit, or Spark stopped its context), start a new session and return why the
+        old one went; None where the session still runs (the failure was the stream's).
+        ``lost_exit_code`` keeps the old JVM's exit code (None: unknown)."""
+        if self.engine is None:
+            return None
+        why = self.engine.session_lost()
+        if why is None:
             return None
         from ..cpu import CpuMeter
 
-        why = self.engine.restart()
+        self.lost_exit_code = self.engine.jvm_exit_code()
+        self.engine.restart()
         self.spark = self.engine.spark
         self.warmed.clear()  # a new JVM: its code is cold again
         if self.meter is not None:

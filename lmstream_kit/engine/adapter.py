@@ -117,14 +117,52 @@ class SparkEngine:
     def jvm_exited(self) -> str | None:
         """Why Spark's driver JVM is gone (it was killed, or ran out of memory), or None while it runs.
 
-        Asked of the operating system, not of py4j: with the JVM gone, every py4j call fails.
+        Asked of the operating system, not of py4j: with the JVM gone, every py4j call fails.  Where
+        its exit code is known (:meth:`jvm_exit_code`) the reason says what it means.
         """
-        from .session import process_exited
+        from .session import describe_jvm_exit, process_exited
 
         pid = getattr(self, "_jvm_pid", None)
         if pid is None or not process_exited(pid):
             return None
-        return f"Spark's JVM exited (pid {pid}): killed, or out of memory (its log is on the terminal or in the run's output)"
+        return f"Spark's JVM exited (pid {pid}): {describe_jvm_exit(self.jvm_exit_code())}"
+
+    def jvm_exit_code(self) -> int | None:
+        """The exit code of Spark's driver JVM once it exited (negative: the signal that killed it);
+        None while it runs, or where the kit did not start it (no process handle)."""
+        from .session import gateway_exit_code
+
+        pid = getattr(self, "_jvm_pid", None)
+        return None if pid is None else gateway_exit_code(pid)
+
+    def session_lost(self, wait_s: float = 30.0) -> str | None:
+        """Why this session can run no more queries, or None while it can.
+
+        Its JVM exited (:meth:`jvm_exited`), or Spark stopped the session's context while the JVM
+        still runs: a JVM that calls ``System.exit`` (in local mode, an executor that lost its
+        heartbeat to the driver: exit 56) stops the context first, in its shutdown hooks, and
+        queries started meanwhile fail on a session that is gone.  Such a JVM is given ``wait_s``
+        seconds to exit; one that does not (a context stopped by hand) is killed, where the kit
+        started it, so that :meth:`restart` can build a new one.  A caller's session is never
+        killed: it is lost only once its JVM exited.
+        """
+        from .session import context_stopped, kill_jvm
+
+        why = self.jvm_exited()
+        if why is not None or self._external or self.spark is None:
+            return why
+        if not context_stopped(self.spark):
+            return None
+        deadline = time.monotonic() + wait_s
+        while time.monotonic() < deadline:
+            time.sleep(0.2)
+            why = self.jvm_exited()
+            if why is not None:
+                return why
+        pid = self._jvm_pid
+        kill_jvm(pid)
+        return (f"Spark stopped its context and its JVM (pid {pid}) did not exit within {wait_s:g} s: "
+                f"killed, for a new session")
 
     def restart(self) -> str:
         """Replace a session whose JVM exited with a new one, built as the first was; returns why the

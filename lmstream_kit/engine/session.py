@@ -299,6 +299,88 @@ def process_exited(pid: int) -> bool:
         return True
 
 
+#: the exit code of a JVM that ran out of heap under ``-XX:+ExitOnOutOfMemoryError``
+OUT_OF_HEAP_EXIT = 3
+#: Spark's ``ExecutorExitCode.HEARTBEAT_FAILURE``: an executor gave up reaching the driver
+HEARTBEAT_FAILURE_EXIT = 56
+
+
+def describe_jvm_exit(code: int | None) -> str:
+    """What a driver JVM's exit code says, for a one-line reason.
+
+    >>> describe_jvm_exit(3)
+    "ran out of memory (exit 3, -XX:+ExitOnOutOfMemoryError; its log is on the terminal or in the run's output)"
+    >>> describe_jvm_exit(-9)
+    'killed by signal 9'
+    >>> describe_jvm_exit(None)
+    "killed, or out of memory (its log is on the terminal or in the run's output)"
+    """
+    if code is None:
+        return "killed, or out of memory (its log is on the terminal or in the run's output)"
+    if code == OUT_OF_HEAP_EXIT:
+        return ("ran out of memory (exit 3, -XX:+ExitOnOutOfMemoryError; its log is on the terminal or in the "
+                "run's output)")
+    if code == HEARTBEAT_FAILURE_EXIT:
+        return ("its executor lost its heartbeat to the driver and Spark exited (exit 56): the driver did not "
+                "answer for longer than spark.network.timeout, as in a long garbage collection")
+    if code < 0:
+        return f"killed by signal {-code}"
+    if code > 128:
+        return f"killed by signal {code - 128} (exit {code})"
+    return f"exit code {code}"
+
+
+def gateway_exit_code(pid: int, wait_s: float = 10.0) -> int | None:
+    """The exit code of the JVM ``pid`` where it is PySpark's gateway process (the kit started it;
+    ``spark-class`` execs java, so the handle is the JVM's) and it has exited; None otherwise.
+    Reaps it.  A JVM whose main thread is already a zombie may take a moment to be reapable (its
+    other threads still go down): up to ``wait_s`` seconds are waited for it then."""
+    import subprocess
+
+    from pyspark import SparkContext
+
+    proc = getattr(SparkContext._gateway, "proc", None)
+    if proc is None or proc.pid != pid:
+        return None
+    code = proc.poll()
+    if code is None and process_exited(pid):
+        try:
+            code = proc.wait(timeout=wait_s)
+        except subprocess.TimeoutExpired:
+            return None
+    return code
+
+
+def context_stopped(spark) -> bool:
+    """Whether ``spark``'s SparkContext was stopped in its JVM (or the JVM no longer answers)."""
+    try:
+        return bool(spark.sparkContext._jsc.sc().isStopped())
+    except Exception:  # noqa: BLE001 - a gateway that fails to answer has no usable context either
+        return True
+
+
+def kill_jvm(pid: int, timeout: float = 30.0) -> None:
+    """Kill the JVM ``pid`` (one the kit started) and wait for it to go."""
+    import subprocess
+
+    import psutil
+    from pyspark import SparkContext
+
+    gateway = getattr(SparkContext._gateway, "proc", None)
+    if gateway is not None and gateway.pid == pid:  # its own handle kills and reaps it, keeping the code
+        gateway.kill()
+        try:
+            gateway.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            pass
+        return
+    try:
+        psutil.Process(pid).kill()
+        psutil.Process(pid).wait(timeout=timeout)
+    except (psutil.NoSuchProcess, psutil.TimeoutExpired):  # gone, or a zombie (process_exited counts it)
+        pass
+
+
 def _active_jvm_exited() -> bool:
     """Whether the JVM of PySpark's gateway (the kit's driver) has exited."""
     from pyspark import SparkContext
