@@ -240,7 +240,7 @@ class CrashingRunner(FakeRunner):
         self.spent = spent  # runs that crash before their first batch whatever the rate (a spent heap)
         self.exit_codes = list(exit_codes)  # the lost JVMs' exit codes, in turn (then None: unknown)
         self.batches_first = batches_first  # a crashing run writes two batches first
-        self.lost_exit_code = None
+        self.lost_to_heap = None
 
     def run(self, query, policy, traffic, *, rate, seed, duration_s, run_dir, catch_up_s):
         if self.spent or rate > self.crash_at:
@@ -260,7 +260,8 @@ class CrashingRunner(FakeRunner):
             return None
         self.exited, self.restarts = False, self.restarts + 1
         self.warmed.clear()  # a new JVM
-        self.lost_exit_code = self.exit_codes.pop(0) if self.exit_codes else None
+        code = self.exit_codes.pop(0) if self.exit_codes else None
+        self.lost_to_heap = None if code is None else code == 3  # as _Runner.recover tells it
         return "Spark's JVM exited (pid 42): killed, or out of memory"
 
 

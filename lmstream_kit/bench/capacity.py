@@ -347,12 +347,10 @@ def _capacity(cfg: BenchConfig, runner: _Runner, out: Path, notify: ProgressFn,
                 error = runner.recover()
                 if error is None:  # the session runs: a failure of the kit's, not of the rate
                     raise
-            from ..engine.session import OUT_OF_HEAP_EXIT
             # the session was lost (its JVM exited), and a new session runs the rest
             metrics = metrics_so_far(run_dir)
             caught_up = False
-            code = runner.lost_exit_code
-            if retried is None and (not (metrics["rows"] > 0).any() or code not in (None, OUT_OF_HEAP_EXIT)):
+            if retried is None and (not (metrics["rows"] > 0).any() or runner.lost_to_heap is False):
                 # before its first batch the heap was spent by the runs before this one (an overloaded
                 # probe's state), not by this rate; a JVM that did not run out of heap (Spark's exit
                 # after an earlier probe's long collection cost its executor the heartbeat, a kill)

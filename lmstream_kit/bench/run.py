@@ -42,7 +42,7 @@ class _Runner:
         self.stamp = stamp  # the bench's start: a fresh topic for each run of a bench on Kafka
         self.engine = engine
         self.warmed: set = set()  # the queries warmed up on this JVM
-        self.lost_exit_code: Optional[int] = None  # the exit code of the last session's JVM (recover)
+        self.lost_to_heap: Optional[bool] = None  # whether the last lost session's JVM ran out of heap
 
     def warmup_s(self) -> float:
         """Simulated seconds of the next warm-up: longer on a JVM that has run no query yet (0: none)."""
@@ -70,7 +70,7 @@ class _Runner:
         """After a run failed: where the session was lost with it (Spark's JVM exited, out of heap or
         by Spark's own exit, or Spark stopped its context), start a new session and return why the
         old one went; None where the session still runs (the failure was the stream's).
-        ``lost_exit_code`` keeps the old JVM's exit code (None: unknown)."""
+        ``lost_to_heap`` says whether the old JVM ran out of heap (None: its exit code is unknown)."""
         if self.engine is None:
             return None
         why = self.engine.session_lost()
@@ -78,7 +78,10 @@ class _Runner:
             return None
         from ..cpu import CpuMeter
 
-        self.lost_exit_code = self.engine.jvm_exit_code()
+        from ..engine.session import OUT_OF_HEAP_EXIT
+
+        code = self.engine.jvm_exit_code()
+        self.lost_to_heap = None if code is None else code == OUT_OF_HEAP_EXIT
         self.engine.restart()
         self.spark = self.engine.spark
         self.warmed.clear()  # a new JVM: its code is cold again
