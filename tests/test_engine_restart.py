@@ -35,16 +35,26 @@ engine.close()
 """
 
 
-def test_a_driver_out_of_heap_exits_and_the_engine_restarts_on_a_new_jvm():
-    proc = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True, timeout=240)
+def run_script(script: str) -> subprocess.CompletedProcess:
+    """``script`` in a new Python process (its own JVMs), which must succeed."""
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=240)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
-    lines = proc.stdout.splitlines()
+    return proc
+
+
+def said(proc: subprocess.CompletedProcess, prefix: str) -> str:
+    """What the script printed after ``prefix`` on its first line that starts so."""
+    return next(line for line in proc.stdout.splitlines() if line.startswith(prefix + " "))[len(prefix) + 1:]
+
+
+def test_a_driver_out_of_heap_exits_and_the_engine_restarts_on_a_new_jvm():
+    proc = run_script(SCRIPT)
     # without -XX:+ExitOnOutOfMemoryError the JVM would stay, collecting, and the query hang
     assert "Terminating due to java.lang.OutOfMemoryError" in proc.stdout + proc.stderr
-    exited = next(line for line in lines if line.startswith("EXITED "))
+    exited = said(proc, "EXITED")
     assert "Spark's JVM exited (pid" in exited and "out of memory" in exited
-    assert next(line for line in lines if line.startswith("WHY ")) == "WHY " + exited[len("EXITED "):]
-    assert "COUNT 7" in lines
+    assert said(proc, "WHY") == exited
+    assert "COUNT 7" in proc.stdout.splitlines()
 
 
 LOST = r"""
@@ -76,16 +86,10 @@ engine.close()
 
 
 def test_a_session_spark_stopped_or_exited_is_lost_with_its_reason_and_restarts():
-    proc = subprocess.run([sys.executable, "-c", LOST], capture_output=True, text=True, timeout=240)
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
-    lines = proc.stdout.splitlines()
-
-    def said(prefix: str) -> str:
-        return next(line for line in lines if line.startswith(prefix + " "))[len(prefix) + 1:]
-
-    assert said("STOPPED").startswith("Spark stopped its context and its JVM (pid ")
-    assert said("STOPPED").endswith("did not exit within 2 s: killed, for a new session")
-    assert said("CODE1") == "-9"
-    assert said("LOST").startswith("Spark's JVM exited (pid ") and "lost its heartbeat" in said("LOST")
-    assert said("CODE2") == "56"
-    assert "COUNT 5" in lines
+    proc = run_script(LOST)
+    assert said(proc, "STOPPED").startswith("Spark stopped its context and its JVM (pid ")
+    assert said(proc, "STOPPED").endswith("did not exit within 2 s: killed, for a new session")
+    assert said(proc, "CODE1") == "-9"
+    assert said(proc, "LOST").startswith("Spark's JVM exited (pid ") and "lost its heartbeat" in said(proc, "LOST")
+    assert said(proc, "CODE2") == "56"
+    assert "COUNT 5" in proc.stdout.splitlines()

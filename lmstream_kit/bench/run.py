@@ -77,7 +77,6 @@ class _Runner:
         if why is None:
             return None
         from ..cpu import CpuMeter
-
         from ..engine.session import OUT_OF_HEAP_EXIT
 
         code = self.engine.jvm_exit_code()

@@ -301,6 +301,7 @@ def process_exited(pid: int) -> bool:
 
 #: the exit code of a JVM that ran out of heap under ``-XX:+ExitOnOutOfMemoryError``
 OUT_OF_HEAP_EXIT = 3
+_WHERE_ITS_LOG_IS = "its log is on the terminal or in the run's output"
 #: Spark's ``ExecutorExitCode.HEARTBEAT_FAILURE``: an executor gave up reaching the driver
 HEARTBEAT_FAILURE_EXIT = 56
 
@@ -316,10 +317,9 @@ def describe_jvm_exit(code: int | None) -> str:
     "killed, or out of memory (its log is on the terminal or in the run's output)"
     """
     if code is None:
-        return "killed, or out of memory (its log is on the terminal or in the run's output)"
+        return f"killed, or out of memory ({_WHERE_ITS_LOG_IS})"
     if code == OUT_OF_HEAP_EXIT:
-        return ("ran out of memory (exit 3, -XX:+ExitOnOutOfMemoryError; its log is on the terminal or in the "
-                "run's output)")
+        return f"ran out of memory (exit 3, -XX:+ExitOnOutOfMemoryError; {_WHERE_ITS_LOG_IS})"
     if code == HEARTBEAT_FAILURE_EXIT:
         return ("its executor lost its heartbeat to the driver and Spark exited (exit 56): the driver did not "
                 "answer for longer than spark.network.timeout, as in a long garbage collection")
@@ -330,6 +330,15 @@ def describe_jvm_exit(code: int | None) -> str:
     return f"exit code {code}"
 
 
+def _gateway_proc(pid: int | None = None):
+    """The process handle of PySpark's gateway JVM (the kit's driver), where it has one (and its pid
+    is ``pid``, where given); None otherwise."""
+    from pyspark import SparkContext
+
+    proc = getattr(SparkContext._gateway, "proc", None)
+    return None if proc is None or (pid is not None and proc.pid != pid) else proc
+
+
 def gateway_exit_code(pid: int, wait_s: float = 10.0) -> int | None:
     """The exit code of the JVM ``pid`` where it is PySpark's gateway process (the kit started it;
     ``spark-class`` execs java, so the handle is the JVM's) and it has exited; None otherwise.
@@ -337,10 +346,8 @@ def gateway_exit_code(pid: int, wait_s: float = 10.0) -> int | None:
     other threads still go down): up to ``wait_s`` seconds are waited for it then."""
     import subprocess
 
-    from pyspark import SparkContext
-
-    proc = getattr(SparkContext._gateway, "proc", None)
-    if proc is None or proc.pid != pid:
+    proc = _gateway_proc(pid)
+    if proc is None:
         return None
     code = proc.poll()
     if code is None and process_exited(pid):
@@ -364,10 +371,9 @@ def kill_jvm(pid: int, timeout: float = 30.0) -> None:
     import subprocess
 
     import psutil
-    from pyspark import SparkContext
 
-    gateway = getattr(SparkContext._gateway, "proc", None)
-    if gateway is not None and gateway.pid == pid:  # its own handle kills and reaps it, keeping the code
+    gateway = _gateway_proc(pid)
+    if gateway is not None:  # its own handle kills and reaps it, keeping the code
         gateway.kill()
         try:
             gateway.wait(timeout=timeout)
@@ -375,17 +381,16 @@ def kill_jvm(pid: int, timeout: float = 30.0) -> None:
             pass
         return
     try:
-        psutil.Process(pid).kill()
-        psutil.Process(pid).wait(timeout=timeout)
+        proc = psutil.Process(pid)
+        proc.kill()
+        proc.wait(timeout=timeout)
     except (psutil.NoSuchProcess, psutil.TimeoutExpired):  # gone, or a zombie (process_exited counts it)
         pass
 
 
 def _active_jvm_exited() -> bool:
     """Whether the JVM of PySpark's gateway (the kit's driver) has exited."""
-    from pyspark import SparkContext
-
-    proc = getattr(SparkContext._gateway, "proc", None)
+    proc = _gateway_proc()
     return proc is not None and process_exited(proc.pid)
 
 
