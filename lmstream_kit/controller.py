@@ -206,6 +206,14 @@ class AdmissionController(BatchController):
         ``0.25 * target`` (following the target while nothing is observed).
     min_margin_s : float, default 0.0
         Lower bound of the safety margin (>= 0).
+    cold_start : int, default 0
+        Batches during which the margin is at least the prediction itself
+        (>= 0; 0: none), so that each of them leaves room for twice its
+        predicted processing.  A model that has seen a few batches has not
+        seen the query's slow ones: in the capacity probes of LR1T, a
+        tumbling join, the third batch evicts state for the first time and
+        took 1.5-2.3 times its predecessors while the two residuals before
+        it had put the margin at 0.5-1.1 s.
     warmup : int, default 0
         Number of first observations to ignore (a cold JVM's first batch can
         take several times longer than the next ones).  Not live-mutable.
@@ -284,6 +292,9 @@ class AdmissionController(BatchController):
       batch was added to the model (an honest out-of-sample error), and ``B``
       their normal prediction bound at ``quantile`` (with ``interval_margin``;
       with fewer than 3 residuals ``B`` is their largest absolute value).
+      While fewer than ``cold_start`` batches were observed, a decision's
+      margin is also at least its prediction (:attr:`margin_s` is the learned
+      margin alone).
     * ``decide``, ``observe`` and ``mutate`` may be called from different
       threads.  One lock guards the state; ``decide`` aggregates ``pending``
       outside it and holds it only for O(1) work.  Changes made by ``mutate``
@@ -314,6 +325,7 @@ class AdmissionController(BatchController):
         Param("initial_target_s", float, low=0, low_open=True, doc="tumbling target before any batch"),
         Param("prior_processing_s", float, low=0, nullable=True, doc="predicted service time before any batch"),
         Param("min_margin_s", float, low=0, doc="lower bound of the safety margin"),
+        Param("cold_start", int, low=0, doc="batches during which the margin is at least the prediction"),
         Param("interval_margin", bool, doc="also keep the residuals' normal prediction bound as margin"),
         Param("tumbling_target", str, choices=("paper", "window"),
               doc="tumbling window: LMStream's running mean of past max latencies, or batch up to the "
@@ -344,6 +356,7 @@ class AdmissionController(BatchController):
         initial_target_s: float = 1.0,
         prior_processing_s: float | None = None,
         min_margin_s: float = 0.0,
+        cold_start: int = 0,
         interval_margin: bool = True,
         tumbling_target: str = "paper",
         window_target_s: float = 0.0,
@@ -369,6 +382,7 @@ class AdmissionController(BatchController):
             "initial_target_s": initial_target_s,
             "prior_processing_s": prior_processing_s,
             "min_margin_s": min_margin_s,
+            "cold_start": cold_start,
             "interval_margin": interval_margin,
             "tumbling_target": tumbling_target,
             "window_target_s": window_target_s,
@@ -498,6 +512,8 @@ class AdmissionController(BatchController):
                 age = max(age, 0.0)
                 features = self._features(now, pending, nbytes, oldest)
                 predicted = self._predict(nbytes, features)
+                if self._n_observed < self._p["cold_start"]:
+                    margin = max(margin, predicted)
                 poll = self._p["poll_interval_s"]
                 estimate = age + predicted + margin + poll
                 if age >= target - _TIE_EPS_S:
@@ -779,7 +795,7 @@ class AdmissionController(BatchController):
         >>> c.mutate({"history": 10})
         Traceback (most recent call last):
         ...
-        lmstream_kit.exceptions.ConfigError: cannot change 'history' on a live controller; mutable parameters: catch_up, close_period_s, initial_target_s, interval_margin, lateness_s, min_margin_s, poll_interval_s, prior_processing_s, quantile, service_model, slide_s, tumbling_target, window_period_s, window_target_s
+        lmstream_kit.exceptions.ConfigError: cannot change 'history' on a live controller; mutable parameters: catch_up, close_period_s, cold_start, initial_target_s, interval_margin, lateness_s, min_margin_s, poll_interval_s, prior_processing_s, quantile, service_model, slide_s, tumbling_target, window_period_s, window_target_s
         """
         if not isinstance(changes, Mapping):
             raise ConfigError(f"mutate expects a mapping of parameter -> value, got {changes!r}")
