@@ -210,10 +210,13 @@ class AdmissionController(BatchController):
         Batches during which the margin is at least the prediction itself
         (>= 0; 0: none), so that each of them leaves room for twice its
         predicted processing.  A model that has seen a few batches has not
-        seen the query's slow ones: in the capacity probes of LR1T, a
-        tumbling join, the third batch evicts state for the first time and
-        took 1.5-2.3 times its predecessors while the two residuals before
-        it had put the margin at 0.5-1.1 s.
+        seen the query's slow ones, and before the first it predicts a
+        quarter of the target: in the capacity probes of 2026-11-28 every
+        late batch that set lmstream's bound on LR2S, CM1S and LR1T was one
+        of the first three (LR2S's first, predicted 1.25 s, took 1.8 s;
+        LR1T's third, the first to evict its join's state, took 1.5-2.3
+        times its predecessors).  From three errors on the margin has its
+        prediction bound.
     warmup : int, default 0
         Number of first observations to ignore (a cold JVM's first batch can
         take several times longer than the next ones).  Not live-mutable.
