@@ -515,7 +515,9 @@ class AdmissionController(BatchController):
                 age = max(age, 0.0)
                 features = self._features(now, pending, nbytes, oldest)
                 predicted = self._predict(nbytes, features)
-                if self._n_observed < self._p["cold_start"]:
+                learned = margin
+                cold = self._n_observed < self._p["cold_start"]
+                if cold:
                     margin = max(margin, predicted)
                 poll = self._p["poll_interval_s"]
                 estimate = age + predicted + margin + poll
@@ -534,7 +536,14 @@ class AdmissionController(BatchController):
                 dec = Decision(admit, reason, n, rows, nbytes, age, predicted, margin, estimate, target,
                                features=features)
                 if admit and n > 1 and self._p["catch_up"] == "chunks":
-                    dec = self._chunk(dec, pending, target - margin - poll, oldest) or dec
+                    # a chunk is judged by its own prediction: in a cold start, its margin is that
+                    # prediction (at least the learned one), so it fits where twice it does
+                    budget = target - learned - poll
+                    if cold:
+                        budget = min(budget, (target - poll) / 2.0)
+                    chunk = self._chunk(dataclasses.replace(dec, margin_s=learned), pending, budget, oldest,
+                                        cold=cold)
+                    dec = chunk or dec
                 if admit:
                     self._note_admitted(pending if dec.take is None else pending[:dec.take])
                     self._emit_due = reason == "window"
@@ -638,8 +647,10 @@ class AdmissionController(BatchController):
             take += 1
         return take
 
-    def _chunk(self, dec: Decision, pending: Sequence, budget: float, oldest: float) -> Decision | None:
-        """A catch-up chunk of ``pending`` for an admission ``dec``, or None to admit it all (lock held)."""
+    def _chunk(self, dec: Decision, pending: Sequence, budget: float, oldest: float, *,
+               cold: bool = False) -> Decision | None:
+        """A catch-up chunk of ``pending`` for an admission ``dec`` (its learned margin), or None to admit
+        it all (lock held); ``cold``: the chunk's margin is at least its prediction (``cold_start``)."""
         model = self._model
         if model.n == 0:
             # nothing observed: a prediction is the prior whatever the size, so cut
@@ -667,9 +678,10 @@ class AdmissionController(BatchController):
         nbytes = sum(d.nbytes for d in chunk)
         features = self._features(oldest + dec.age_s, chunk, nbytes, oldest) if dec.features is not None else None
         predicted = self._predict(nbytes, features)
+        margin = max(dec.margin_s, predicted) if cold else dec.margin_s
         return dataclasses.replace(dec, reason="catch-up", rows=rows, nbytes=nbytes, predicted_s=predicted,
-                                   features=features,
-                                   estimate_s=dec.age_s + predicted + dec.margin_s + self._p["poll_interval_s"],
+                                   features=features, margin_s=margin,
+                                   estimate_s=dec.age_s + predicted + margin + self._p["poll_interval_s"],
                                    take=take)
 
     def _merge_late(self, pending: Sequence, take: int, dec: Decision, now: float) -> int:
