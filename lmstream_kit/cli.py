@@ -566,12 +566,13 @@ def compare(run_dirs):
 @click.option("--capacity-duration", default=60.0, show_default=True, type=float, help="Simulated seconds per capacity probe.")
 @click.option("--capacity-start", default=None, type=float, help="First probed rate [default: --rate].")
 @click.option("--capacity-probes", default=12, show_default=True, type=int, help="Most probe runs per query and policy, repetitions included: the search bisects until [highest pass, lowest fail] is within 10%, running each bound twice (seeds --seed and --seed + 1).")
+@click.option("--capacity-min-batches", default=20, show_default=True, type=int, help="Pool a rate's probe runs: it passes where 95% of all their batches met the bound and fails only where more than 5% of at least this many were late; with fewer and one late batch it runs again, so one late batch of a policy's few large ones fails no rate (0: most runs decide).")
 @click.option("--overload", "overloads", multiple=True, metavar="QUERY=RATE", help="Also run every policy on QUERY at RATE rows per simulated second (constant traffic): pick a rate above the fixed trigger's capacity for the paper's Fig. 1, where its maximum latency grows batch after batch (repeatable).")
 @click.option("--at-capacity", "at_capacity", default=None, type=float, metavar="SHARE", help="With --capacity: then run every policy once per query at SHARE of asap's measured capacity (e.g. 0.8), constant traffic; the report's goals read them.")
 @click.option("--tumbling-target", default="window", show_default=True, type=click.Choice(["window", "paper"]), help="lmstream's target on tumbling queries: batch up to the window's length and admit at once what closes a window, or LMStream's running mean of past max latencies (paper).")
 @click.option("--service-model", default="bytes", show_default=True, type=click.Choice(["bytes", "features"]), help="lmstream's service-time model: bytes, or bytes, windows closed, state and evictions.")
 @click.option("--catch-up", "catch_up", default="chunks", show_default=True, type=click.Choice(["chunks", "all"]), help="lmstream's rule for a backlog that cannot meet the target in one batch: chunks that fit it, or all at once (LMStream's).")
-@click.option("--controller", "controller_params", multiple=True, metavar="KEY=VALUE", help="A parameter of the lmstream policy's admission controller, e.g. quantile=0.97 or min_margin_s=0.5, to measure a margin rule (repeatable; keys: quantile, history, min_margin_s, interval_margin, prior_processing_s, initial_target_s, poll_interval_s, warmup).")
+@click.option("--controller", "controller_params", multiple=True, metavar="KEY=VALUE", help="A parameter of the lmstream policy's admission controller, e.g. quantile=0.97 or min_margin_s=0.5, to measure a margin rule (repeatable; keys: quantile, history, min_margin_s, cold_start, interval_margin, prior_processing_s, initial_target_s, poll_interval_s, warmup).")
 @click.option("--capacity-budget", default=None, type=float, metavar="SECONDS", help="Wall seconds for the whole capacity search; after them no probe starts and each unfinished query and policy is reported as not converged, with its bracket so far [default: no limit].")
 @click.option("--output", default="noop", show_default=True, type=click.Choice(["noop", "parquet"]), help="Sink of every cell.")
 @click.option("--master", default="local[2]", show_default=True, help="Spark master: local[N] or spark://host:port.")
@@ -588,7 +589,7 @@ def compare(run_dirs):
 @click.option("--resume", is_flag=True, default=False, help="Go on with the interrupted bench in --out: the cells and capacity probes it finished are kept, the rest run. Give the same options (a setting that changes what a cell measures is refused).")
 @click.option("--remeasure", "remeasure", multiple=True, metavar="QUERY", help="With --resume: run QUERY's finished cells again, every policy side by side (repeatable). A resumed bench also runs again every policy of a cell that failed or is new.")
 @click.option("--out", "out", required=True, type=click.Path(path_type=Path), help="Bench directory.")
-def bench(queries, policies, traffic, duration, repeat, speedup, rate, spread, seed, trigger_s, warmup_s, jvm_warmup_s, capacity, capacity_duration, capacity_start, capacity_probes, capacity_budget, overloads, at_capacity, tumbling_target, service_model, catch_up, controller_params, output, master, results_format, reproduction, notes, device_mode, optimizer, confs, jars, feed, kafka_partitions, preset, resume, remeasure, out):
+def bench(queries, policies, traffic, duration, repeat, speedup, rate, spread, seed, trigger_s, warmup_s, jvm_warmup_s, capacity, capacity_duration, capacity_start, capacity_probes, capacity_min_batches, capacity_budget, overloads, at_capacity, tumbling_target, service_model, catch_up, controller_params, output, master, results_format, reproduction, notes, device_mode, optimizer, confs, jars, feed, kafka_partitions, preset, resume, remeasure, out):
     """Run queries x policies x traffic and write results.parquet and report.html.
 
     Every cell runs to the end of its traffic on one SparkSession; the same
@@ -617,7 +618,7 @@ def bench(queries, policies, traffic, duration, repeat, speedup, rate, spread, s
         queries=queries, policies=policies, traffic=traffic, duration_s=duration, repeat=repeat,
         speedup=speedup, rate=rate, spread=spread, seed=seed, trigger_s=trigger_s, warmup_s=warmup_s, jvm_warmup_s=jvm_warmup_s,
         capacity=capacity, capacity_duration_s=capacity_duration, capacity_start=capacity_start,
-        capacity_probes=capacity_probes, capacity_budget_s=capacity_budget, tumbling_target=tumbling_target, catch_up=catch_up,
+        capacity_probes=capacity_probes, capacity_min_batches=capacity_min_batches, capacity_budget_s=capacity_budget, tumbling_target=tumbling_target, catch_up=catch_up,
         service_model=service_model, controller=_controller_params(controller_params),
         overload=_overloads(overloads), at_capacity=at_capacity, output=output,
         master=master,

@@ -206,6 +206,17 @@ class AdmissionController(BatchController):
         ``0.25 * target`` (following the target while nothing is observed).
     min_margin_s : float, default 0.0
         Lower bound of the safety margin (>= 0).
+    cold_start : int, default 0
+        Batches during which the margin is at least the prediction itself
+        (>= 0; 0: none), so that each of them leaves room for twice its
+        predicted processing.  A model that has seen a few batches has not
+        seen the query's slow ones, and before the first it predicts a
+        quarter of the target: in the capacity probes of 2026-11-28 every
+        late batch that set lmstream's bound on LR2S, CM1S and LR1T was one
+        of the first three (LR2S's first, predicted 1.25 s, took 1.8 s;
+        LR1T's third, the first to evict its join's state, took 1.5-2.3
+        times its predecessors).  From three errors on the margin has its
+        prediction bound.
     warmup : int, default 0
         Number of first observations to ignore (a cold JVM's first batch can
         take several times longer than the next ones).  Not live-mutable.
@@ -284,6 +295,9 @@ class AdmissionController(BatchController):
       batch was added to the model (an honest out-of-sample error), and ``B``
       their normal prediction bound at ``quantile`` (with ``interval_margin``;
       with fewer than 3 residuals ``B`` is their largest absolute value).
+      While fewer than ``cold_start`` batches were observed, a decision's
+      margin is also at least its prediction (:attr:`margin_s` is the learned
+      margin alone).
     * ``decide``, ``observe`` and ``mutate`` may be called from different
       threads.  One lock guards the state; ``decide`` aggregates ``pending``
       outside it and holds it only for O(1) work.  Changes made by ``mutate``
@@ -314,6 +328,7 @@ class AdmissionController(BatchController):
         Param("initial_target_s", float, low=0, low_open=True, doc="tumbling target before any batch"),
         Param("prior_processing_s", float, low=0, nullable=True, doc="predicted service time before any batch"),
         Param("min_margin_s", float, low=0, doc="lower bound of the safety margin"),
+        Param("cold_start", int, low=0, doc="batches during which the margin is at least the prediction"),
         Param("interval_margin", bool, doc="also keep the residuals' normal prediction bound as margin"),
         Param("tumbling_target", str, choices=("paper", "window"),
               doc="tumbling window: LMStream's running mean of past max latencies, or batch up to the "
@@ -344,6 +359,7 @@ class AdmissionController(BatchController):
         initial_target_s: float = 1.0,
         prior_processing_s: float | None = None,
         min_margin_s: float = 0.0,
+        cold_start: int = 0,
         interval_margin: bool = True,
         tumbling_target: str = "paper",
         window_target_s: float = 0.0,
@@ -369,6 +385,7 @@ class AdmissionController(BatchController):
             "initial_target_s": initial_target_s,
             "prior_processing_s": prior_processing_s,
             "min_margin_s": min_margin_s,
+            "cold_start": cold_start,
             "interval_margin": interval_margin,
             "tumbling_target": tumbling_target,
             "window_target_s": window_target_s,
@@ -498,6 +515,10 @@ class AdmissionController(BatchController):
                 age = max(age, 0.0)
                 features = self._features(now, pending, nbytes, oldest)
                 predicted = self._predict(nbytes, features)
+                learned = margin
+                cold = self._n_observed < self._p["cold_start"]
+                if cold:
+                    margin = max(margin, predicted)
                 poll = self._p["poll_interval_s"]
                 estimate = age + predicted + margin + poll
                 if age >= target - _TIE_EPS_S:
@@ -515,7 +536,14 @@ class AdmissionController(BatchController):
                 dec = Decision(admit, reason, n, rows, nbytes, age, predicted, margin, estimate, target,
                                features=features)
                 if admit and n > 1 and self._p["catch_up"] == "chunks":
-                    dec = self._chunk(dec, pending, target - margin - poll, oldest) or dec
+                    # a chunk is judged by its own prediction: in a cold start, its margin is that
+                    # prediction (at least the learned one), so it fits where twice it does
+                    budget = target - learned - poll
+                    if cold:
+                        budget = min(budget, (target - poll) / 2.0)
+                    chunk = self._chunk(dataclasses.replace(dec, margin_s=learned), pending, budget, oldest,
+                                        cold=cold)
+                    dec = chunk or dec
                 if admit:
                     self._note_admitted(pending if dec.take is None else pending[:dec.take])
                     self._emit_due = reason == "window"
@@ -619,8 +647,10 @@ class AdmissionController(BatchController):
             take += 1
         return take
 
-    def _chunk(self, dec: Decision, pending: Sequence, budget: float, oldest: float) -> Decision | None:
-        """A catch-up chunk of ``pending`` for an admission ``dec``, or None to admit it all (lock held)."""
+    def _chunk(self, dec: Decision, pending: Sequence, budget: float, oldest: float, *,
+               cold: bool = False) -> Decision | None:
+        """A catch-up chunk of ``pending`` for an admission ``dec`` (its learned margin), or None to admit
+        it all (lock held); ``cold``: the chunk's margin is at least its prediction (``cold_start``)."""
         model = self._model
         if model.n == 0:
             # nothing observed: a prediction is the prior whatever the size, so cut
@@ -648,9 +678,10 @@ class AdmissionController(BatchController):
         nbytes = sum(d.nbytes for d in chunk)
         features = self._features(oldest + dec.age_s, chunk, nbytes, oldest) if dec.features is not None else None
         predicted = self._predict(nbytes, features)
+        margin = max(dec.margin_s, predicted) if cold else dec.margin_s
         return dataclasses.replace(dec, reason="catch-up", rows=rows, nbytes=nbytes, predicted_s=predicted,
-                                   features=features,
-                                   estimate_s=dec.age_s + predicted + dec.margin_s + self._p["poll_interval_s"],
+                                   features=features, margin_s=margin,
+                                   estimate_s=dec.age_s + predicted + margin + self._p["poll_interval_s"],
                                    take=take)
 
     def _merge_late(self, pending: Sequence, take: int, dec: Decision, now: float) -> int:
@@ -779,7 +810,7 @@ class AdmissionController(BatchController):
         >>> c.mutate({"history": 10})
         Traceback (most recent call last):
         ...
-        lmstream_kit.exceptions.ConfigError: cannot change 'history' on a live controller; mutable parameters: catch_up, close_period_s, initial_target_s, interval_margin, lateness_s, min_margin_s, poll_interval_s, prior_processing_s, quantile, service_model, slide_s, tumbling_target, window_period_s, window_target_s
+        lmstream_kit.exceptions.ConfigError: cannot change 'history' on a live controller; mutable parameters: catch_up, close_period_s, cold_start, initial_target_s, interval_margin, lateness_s, min_margin_s, poll_interval_s, prior_processing_s, quantile, service_model, slide_s, tumbling_target, window_period_s, window_target_s
         """
         if not isinstance(changes, Mapping):
             raise ConfigError(f"mutate expects a mapping of parameter -> value, got {changes!r}")

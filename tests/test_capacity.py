@@ -100,6 +100,32 @@ def test_a_bad_start_rate_is_a_config_error_naming_it():
         CapacitySearch(-5)
 
 
+def pooled(runs, min_batches=20):
+    """The verdict of one rate whose runs made ``runs`` = [(batches, late) or None (fell behind)]."""
+    s = CapacitySearch(1000, min_batches=min_batches)
+    for counts in runs:
+        if counts is None:
+            s.record(1000, False)
+        else:
+            batches, late = counts
+            s.record(1000, late <= 0.05 * batches, batches=batches, late=late)
+    return s.verdict(1000)
+
+
+def test_a_pooled_rate_fails_only_on_enough_batches_and_one_late_batch_of_a_few_runs_again():
+    assert pooled([(18, 0)]) is True
+    assert pooled([(18, 1)]) is None  # 94.4%, but 18 batches cannot hold one late: run again
+    assert pooled([(18, 1), (18, 0)]) is True  # 1 of 36
+    assert pooled([(18, 1), (18, 1)]) is False  # 2 of 36: 94.4% of enough batches
+    assert pooled([(18, 2)]) is False  # 2 late are more than 5% of any 20
+    assert pooled([(6, 1), (6, 1)]) is False  # LR1T's lmstream at 12,338: 10 of 12
+    assert pooled([(6, 1), (6, 0), (6, 0)]) is None and pooled([(6, 1), (6, 0), (6, 0), (6, 0)]) is True
+    assert pooled([(120, 6)]) is True and pooled([(120, 7)]) is False  # many batches: the 95% rule alone
+    assert pooled([(18, 0), None]) is False  # a run that fell behind fails its rate
+    # without pooling, most runs decide: one late batch of 18 fails a run, two such runs the rate
+    assert pooled([(18, 1)], min_batches=0) is False and pooled([(18, 1), (18, 0)], min_batches=0) is None
+
+
 # ---------------------------------------------------------------- the loop, its budget and progress
 class FakeClock:
     def __init__(self) -> None:
@@ -229,6 +255,35 @@ def test_the_bench_probes_seed_each_repetition_and_write_rows_that_render_as_bra
     assert table["note"] == ""
 
 
+class FewBatchesRunner(FakeRunner):
+    """A policy that makes 18 batches a probe: from 2,500 rows/s every other run at a rate (the first,
+    the third) has one of them late, from 3,500 every run has two."""
+
+    def run(self, query, policy, traffic, *, rate, seed, duration_s, run_dir, catch_up_s):
+        before = sum(c[0] == policy and c[1] == rate for c in self.calls)
+        self.calls.append((policy, rate, seed, run_dir.name))
+        self.clock.now += 10.0
+        late = 0 if rate < 2500 else (1 - before % 2) if rate < 3500 else 2
+        latency = [1e6] * late + [0.1] * (18 - late)
+        return pd.DataFrame({"rows": [rate] * 18, "max_latency_s": latency}), None, True
+
+
+@pytest.mark.parametrize("min_batches, bracket", [(20, "3,363–3,668"), (0, "2,378–2,593")])
+def test_the_bench_pools_the_runs_at_a_rate_so_one_late_batch_of_few_runs_again(tmp_path, min_batches, bracket):
+    cfg = BenchConfig(queries=["LR2S"], policies=["lmstream"], capacity=True, capacity_duration_s=30,
+                      capacity_probes=20, capacity_min_batches=min_batches)
+    runner = FewBatchesRunner(FakeClock(), 0)
+    rows = _capacity(cfg, runner, tmp_path, lambda event: None, clock=runner.clock)
+    table = capacity_table(pd.DataFrame(rows, columns=PROBE_COLUMNS)).iloc[0]
+    assert table["capacity_lmstream"] == f"{bracket} (bracketed, 2 reps)"
+    runs = [(r["rate"], r["rep"], r["passed"]) for r in rows]
+    if min_batches:  # 2,828 ran again after one late batch of 18, and passed on 1 of 36
+        assert runs[3:5] == [(2828.0, 0, False), (2828.0, 1, True)]
+    else:  # most runs: 2,828's first run fails it, and 2,593's third run (one late of 18) fails it too
+        assert runs[3:] == [(2828.0, 0, False), (2378.0, 0, True), (2593.0, 0, False), (2378.0, 1, True),
+                            (2593.0, 1, True), (2593.0, 2, False)]
+
+
 class CrashingRunner(FakeRunner):
     """A FakeRunner whose JVM exits on a run above ``crash_at``; ``recover`` says so once, and restarts."""
 
@@ -328,7 +383,10 @@ def test_a_probe_that_fails_with_the_jvm_running_fails_the_bench(tmp_path):
 # ---------------------------------------------------------------- configuration and CLI
 def test_bench_config_has_a_probe_limit_for_repeated_bounds_and_validates_the_budget():
     cfg = BenchConfig(queries=["LR2S"])
-    assert cfg.capacity_probes == 12 and cfg.capacity_budget_s is None
+    assert cfg.capacity_probes == 12 and cfg.capacity_budget_s is None and cfg.capacity_min_batches == 20
+    for bad in (-1, 2.5, True):
+        with pytest.raises(ConfigError, match=f"capacity min batches must be an integer >= 0, got {bad!r}"):
+            BenchConfig(queries=["LR2S"], capacity_min_batches=bad)
     assert BenchConfig(queries=["LR2S"], capacity_budget_s=90).capacity_budget_s == 90
     for bad in (0, -5, math.nan, math.inf):
         with pytest.raises(ConfigError, match=f"capacity budget must be > 0 seconds, got {bad!r}"):
@@ -349,6 +407,14 @@ def test_a_bad_capacity_budget_is_a_one_line_user_error(tmp_path, value):
     assert "Traceback" not in proc.stderr and len(err.splitlines()) == 1, err
     assert err.startswith("error: capacity budget must be > 0 seconds, got ") and value.lstrip("-") in err
     assert not (tmp_path / "b").exists()  # refused before the bench started
+
+
+def test_a_bad_capacity_min_batches_is_a_one_line_user_error(tmp_path):
+    proc = kit("bench", "--queries", "LR2S", "--capacity", "--capacity-min-batches", "-1",
+               "--out", str(tmp_path / "b"))
+    err = proc.stderr.strip()
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr and len(err.splitlines()) == 1, err
+    assert err == "error: capacity min batches must be an integer >= 0, got -1"
 
 
 def test_bench_help_says_what_the_capacity_options_do():

@@ -216,3 +216,22 @@ def test_a_backlog_written_into_a_stopped_runs_spool_goes_on_after_its_last_seco
     datasets = Spool(tmp_path / "spool", create=False).datasets(0, 5)
     assert [d.second for d in datasets] == [0, 1, 2, 3, 4]
     assert [d.arrival for d in datasets] == [99.0, 99.5, 100.0, 199.5, 200.0]
+
+
+def test_a_cold_start_chunk_fits_twice_its_prediction_and_keeps_that_as_its_margin():
+    def learned_cold(cold_start):
+        c = AdmissionController(slide_s=2.0, prior_processing_s=0.5, cold_start=cold_start)
+        c.observe(BatchObservation(rows=10, nbytes=100, processing_s=0.5, max_latency_s=2.0))
+        c.observe(BatchObservation(rows=20, nbytes=200, processing_s=1.0, max_latency_s=2.0))
+        return c
+
+    burst = [NS(seq=i, arrival=18.5 + 0.05 * i, rows=10, nbytes=100) for i in range(10)]  # 5 s of work
+    d = learned_cold(3).decide(19.0, burst)
+    # two batches seen, fewer than 3: a chunk fits (2 - 0.01) / 2 s, one dataset (0.75 s; two take 1 s),
+    # and its margin is its prediction
+    assert (d.reason, d.take, d.predicted_s, d.margin_s) == ("catch-up", 1, 0.75, 0.75)
+    assert d.estimate_s == pytest.approx(0.5 + 0.75 + 0.75 + 0.01)  # age + prediction + margin + poll
+    d = learned_cold(0).decide(19.0, burst)  # no cold start: 3 datasets fit 2 - 0 - 0.01 s
+    assert (d.reason, d.take, d.predicted_s, d.margin_s) == ("catch-up", 3, 1.5, 0.0)
+    d = learned_cold(2).decide(19.0, burst)  # cold start over after two batches
+    assert (d.take, d.margin_s) == (3, 0.0)

@@ -261,6 +261,27 @@ class TestDecide:
         assert d.reason == "wait"  # 4 + 0.7 + 0.01 < 5
         assert c.decide(4.29, [ds(0.0)]).reason == "admit"  # 4.29 + 0.7 + 0.01 = 5
 
+    def test_cold_start_keeps_a_margin_of_the_prediction_for_its_first_batches(self):
+        c = AdmissionController(slide_s=5.0, prior_processing_s=0.7, cold_start=2)
+        d = c.decide(3.58, [ds(0.0)])
+        assert (d.reason, d.predicted_s, d.margin_s) == ("wait", 0.7, 0.7)  # 3.58 + 0.7 + 0.7 + 0.01 < 5
+        assert c.decide(3.59, [ds(0.0)]).reason == "admit"
+        assert c.margin_s == 0.0  # the learned margin, which the cold start does not change
+        c.observe(obs(6400, 0.7))  # predicted 0.7 (the prior): residual 0
+        assert c.decide(3.59, [ds(0.0)]).margin_s == 0.7  # one batch seen: still cold
+        c.observe(obs(6400, 0.7))
+        d = c.decide(4.28, [ds(0.0)])
+        assert (d.reason, d.margin_s) == ("wait", 0.0)  # two seen: the learned margin alone
+        assert c.decide(4.29, [ds(0.0)]).reason == "admit"
+
+    def test_cold_start_never_lowers_a_learned_margin(self):
+        c = AdmissionController(slide_s=5.0, prior_processing_s=0.2, min_margin_s=0.5, cold_start=3)
+        assert c.decide(0.0, [ds(0.0)]).margin_s == 0.5
+        with pytest.raises(ValueError, match="cold_start must be >= 0, got -1"):
+            c.mutate({"cold_start": -1})
+        c.mutate({"cold_start": 0})
+        assert c.decide(0.0, [ds(0.0)]).margin_s == 0.5
+
     def test_prior_follows_target_until_first_observation(self):
         c = AdmissionController(slide_s=5.0)
         assert c.decide(1.0, [ds(0.0)]).predicted_s == 1.25
@@ -503,6 +524,7 @@ def test_params_and_snapshot_json():
         "initial_target_s": 1.0,
         "prior_processing_s": 0.5,
         "min_margin_s": 0.0,
+        "cold_start": 0,
         "interval_margin": True,
         "catch_up": "chunks",
         "tumbling_target": "paper",

@@ -102,3 +102,15 @@ def test_the_window_goal_allows_one_lmstream_batch_over_asaps_result_latency_at_
     only_joins = window_cells(1.1, 0.8)[lambda d: d["query"] == "LR1T"]
     row = goals(only_joins, None, trigger_s=10.0).set_index("goal").loc["window"]
     assert row["met"] is None and row["measured"].startswith("not in this bench: needs lmstream and asap cells of a")
+
+
+def test_the_cpu_goal_holds_at_every_load_the_bench_ran_lmstream_and_asap_at():
+    sweep = cells()
+    sweep = sweep[sweep["query"] == "LR1S"]  # 0.30x asap's CPU at the sweep's load
+    over = sweep.assign(load="overload", rate=2000.0)
+    over.loc[over["policy"] == "lmstream", "cpu_s_per_mrows"] = 73.0
+    cpu = goals(pd.concat([sweep, over]), None, trigger_s=10.0).set_index("goal").loc["cpu"]
+    assert (cpu["met"], cpu["where"]) == (False, "LR1S at 2,000 rows/s")
+    assert cpu["measured"] == "0.73× asap's at worst, on LR1S at 2,000 rows/s"
+    assert cpu["gap"] == "LR1S at 2,000 rows/s: 0.73× (1.04× the goal)"
+    assert goals(sweep, None, trigger_s=10.0).set_index("goal").loc["cpu", "met"] is True

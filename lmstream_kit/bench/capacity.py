@@ -24,6 +24,9 @@ CAPACITY_RESOLUTION = 0.1
 #: runs (seeds ``seed``, ``seed + 1``, ...) each bound of the final bracket needs: one lucky run proves little
 #: (a rate's verdict is its runs' majority, a tie runs once more)
 CAPACITY_REPS = 2
+#: batches a rate's runs must have made together before one late batch can fail it: the fewest in which
+#: 95% within the bound leaves room for one late batch (19 of 20); see :class:`CapacitySearch`
+CAPACITY_MIN_BATCHES = round(1 / (1 - CAPACITY_SHARE))
 #: what a search's result says (see :attr:`CapacitySearch.status`)
 STATUSES = ("bracketed", "open", "not-converged", "none-passed")
 #: the columns of a probe row (``capacity.parquet``); ``lo``, ``hi`` and ``status`` are the search's after it
@@ -39,7 +42,16 @@ class CapacitySearch:
     :meth:`record`.  A rate *passed* when most runs at it passed and *failed* when
     most failed; where they tie (a pass and a fail) it runs once more, so that
     neither one lucky run nor one unlucky one (a garbage collection in a policy's
-    few large batches) decides a bound.  :attr:`hi` is the lowest failed rate,
+    few large batches) decides a bound.
+
+    With ``min_batches`` (and runs recorded with their ``batches`` and ``late``
+    counts), a rate's runs are pooled instead: it *passed* where at least
+    ``share`` of all their batches met the bound, and it *failed* where the late
+    ones are more than ``1 - share`` of their batches, counted as at least
+    ``min_batches``; in between (one late batch among fewer than 20, at 95%) it
+    runs once more.  A policy that makes 6 or 18 batches in a probe is then not
+    failed by one late batch that a policy making 100 may have five of.  A run
+    that fell behind or failed (recorded without counts) fails its rate.  :attr:`hi` is the lowest failed rate,
     :attr:`lo` the highest passed one below it.  The search starts at ``start``;
     doubles while probes pass (up to ``max_rate``); halves while they fail (down
     to ``start / 8``); bisects (geometric midpoint) until ``hi / lo - 1 <=
@@ -62,6 +74,10 @@ class CapacitySearch:
         Relative width ``hi / lo - 1`` at which the bracket is done.
     reps : int
         Runs each bound of the final bracket needs.
+    min_batches : int
+        Pool a rate's runs, a fail needing at least this many batches (0: most runs decide).
+    share : float
+        Share of a rate's pooled batches that must meet the bound.
 
     Examples
     --------
@@ -96,6 +112,19 @@ class CapacitySearch:
     [(2828, 1, False), (2828, 2, False), (2378, 0, True), (2593, 0, True), (2593, 1, True)]
     >>> s.lo, s.hi, s.status, s.bound_reps
     (2593, 2828, 'bracketed', 2)
+
+    Pooled: a policy makes 18 batches a run.  From 3,000 rows/s the first run at a rate has one late
+    batch (94.4% alone), and from 3,500 every run has two.  One late batch of 18 runs again; with
+    the next run's 18 all on time it is 1 of 36, a pass; two late of 18 fail at once:
+
+    >>> s = CapacitySearch(1000, max_probes=20, max_rate=100000, min_batches=20)
+    >>> while (r := s.next_rate()) is not None:
+    ...     late = 0 if r < 3000 else (1 if s.runs_at(r) == 0 else 0) if r < 3500 else 2
+    ...     s.record(r, late == 0, batches=18, late=late)
+    >>> s.probes[3:]
+    [(2828, 0, True), (3363, 0, False), (3363, 1, True), (3668, 0, False), (3668, 1, False)]
+    >>> s.lo, s.hi, s.status
+    (3363, 3668, 'bracketed')
     """
 
     def __init__(
@@ -107,6 +136,8 @@ class CapacitySearch:
         factor: float = 2.0,
         resolution: float = CAPACITY_RESOLUTION,
         reps: int = CAPACITY_REPS,
+        min_batches: int = 0,
+        share: float = CAPACITY_SHARE,
     ) -> None:
         if not start > 0:
             raise ConfigError(f"capacity start rate must be > 0, got {start!r}")
@@ -118,15 +149,33 @@ class CapacitySearch:
         self.factor = float(factor)
         self.resolution = float(resolution)
         self.reps = int(reps)
+        self.min_batches = int(min_batches)
+        self.share = float(share)
         self.floor = self.start / 8.0
         #: every run so far, in order: (rate, repetition, passed)
         self.probes: list[tuple[int, int, bool]] = []
         self._runs: dict[int, list[bool]] = {}
+        self._counts: dict[int, list[Optional[tuple[int, int]]]] = {}  # per run: (batches, late), None: fell behind
 
     def verdict(self, rate: float) -> Optional[bool]:
-        """Whether ``rate`` passed: most of its runs passed (True) or failed (False); None where they
-        tie (it runs once more) or it has none."""
-        runs = self._runs.get(int(round(rate)), ())
+        """Whether ``rate`` passed (True) or failed (False): most of its runs, or with ``min_batches`` their
+        pooled batches (see the class); None where it runs once more or has no run."""
+        rate = int(round(rate))
+        runs = self._runs.get(rate, ())
+        if not runs:
+            return None
+        if self.min_batches > 0:
+            counts = self._counts[rate]
+            if any(c is None for c in counts):
+                return False
+            batches = sum(c[0] for c in counts)
+            late = sum(c[1] for c in counts)
+            allowed = 1.0 - self.share
+            if late <= allowed * batches + 1e-9:
+                return True
+            if late > allowed * max(batches, self.min_batches) + 1e-9:
+                return False
+            return None
         passed = sum(runs)
         return None if 2 * passed == len(runs) else 2 * passed > len(runs)
 
@@ -178,12 +227,17 @@ class CapacitySearch:
             return None
         return self._plan()
 
-    def record(self, rate: float, passed: bool) -> None:
-        """Record one run at ``rate``: its repetition index is :meth:`runs_at` before the call."""
+    def record(self, rate: float, passed: bool, *, batches: Optional[int] = None, late: Optional[int] = None) -> None:
+        """Record one run at ``rate``: its repetition index is :meth:`runs_at` before the call.  ``batches``
+        and ``late`` (its batches, those over the bound) are what a pooled search judges; a run without
+        them that did not pass fell behind or failed."""
         rate = int(round(rate))
         runs = self._runs.setdefault(rate, [])
         self.probes.append((rate, len(runs), bool(passed)))
         runs.append(bool(passed))
+        counted = batches is not None and late is not None and batches > 0
+        counts = (int(batches), int(late)) if counted else (0, 0) if passed else None
+        self._counts.setdefault(rate, []).append(counts)
 
     def _plan(self) -> Optional[int]:
         """The next rate with no probe limit; None when the search is done."""
@@ -256,7 +310,7 @@ def search_pairs(
     for row in sorted(prior, key=lambda r: int(r["probe"])):
         pair = (row["query"], row["policy"])
         if pair in searches:
-            searches[pair].record(row["rate"], row["passed"])
+            searches[pair].record(row["rate"], row["passed"], **run_counts(row))
             rows[pair].append(row)
             state["done"] += 1
             spent += float(row.get("wall_s") or 0.0)
@@ -271,7 +325,7 @@ def search_pairs(
             rep = search.runs_at(rate)
             event(f"capacity {pair[0]} {pair[1]} @ {rate} rows/s, run {rep + 1}")
             measured = probe(pair, rate, rep)
-            search.record(rate, measured["passed"])
+            search.record(rate, measured["passed"], **run_counts(measured))
             row = {"query": pair[0], "policy": pair[1], "probe": len(search.probes) - 1, "rate": float(rate),
                    "rep": rep, **measured, "passed": bool(measured["passed"])}
             row.update(lo=search.lo, hi=search.hi, status=search.status)
@@ -302,6 +356,27 @@ def search_pairs(
         out += rows[pair] or [{"query": pair[0], "policy": pair[1], "probe": 0, "rate": math.nan, "rep": 0,
                                "passed": False, "lo": None, "hi": None, "status": "not-converged"}]
     return out
+
+
+def run_counts(row: dict) -> dict:
+    """``batches`` and ``late`` of a probe's row for :meth:`CapacitySearch.record`; none where it fell
+    behind, failed or made no batch.
+
+    >>> run_counts({"batches": 18, "within_bound": 17 / 18, "caught_up": True})
+    {'batches': 18, 'late': 1}
+    >>> run_counts({"batches": 18, "within_bound": 1.0, "caught_up": False})
+    {}
+    """
+    batches, share = row.get("batches"), row.get("within_bound")
+    if not row.get("caught_up") or row.get("error") or batches is None or share is None:
+        return {}
+    try:
+        batches, share = int(batches), float(share)
+    except (TypeError, ValueError):
+        return {}
+    if batches <= 0 or not math.isfinite(share):
+        return {}
+    return {"batches": batches, "late": int(round((1.0 - share) * batches))}
 
 
 def _bracket_label(search: CapacitySearch) -> str:
@@ -370,7 +445,7 @@ def _capacity(cfg: BenchConfig, runner: _Runner, out: Path, notify: ProgressFn,
 
     def make_search() -> CapacitySearch:
         return CapacitySearch(cfg.capacity_start or cfg.rate, max_probes=cfg.capacity_probes,
-                              max_rate=cfg.capacity_max_rate)
+                              max_rate=cfg.capacity_max_rate, min_batches=cfg.capacity_min_batches)
 
     try:
         rows = search_pairs([(q, p) for q in cfg.queries for p in cfg.policies], probe, make_search,

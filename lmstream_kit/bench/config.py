@@ -60,6 +60,10 @@ class BenchConfig:
         bracket [highest pass, lowest fail] is within 10% and runs each bound twice).
     capacity_max_rate : float
         Highest rate the search tries.
+    capacity_min_batches : int
+        Pool the runs at a rate, which fails only where more than 5% of at least this many of
+        their batches were late (0: most runs decide; see
+        :class:`~lmstream_kit.bench.capacity.CapacitySearch`).
     capacity_budget_s : float, optional
         Wall seconds for the whole capacity search (None: no limit); after it no
         probe starts, and each unfinished (query, policy) is reported as
@@ -122,6 +126,7 @@ class BenchConfig:
     capacity_start: Optional[float] = None
     capacity_probes: int = 12
     capacity_max_rate: float = 64000.0
+    capacity_min_batches: int = 20
     capacity_budget_s: Optional[float] = None
     results_format: str = "parquet"
     spark_conf: dict = field(default_factory=dict)
@@ -167,6 +172,9 @@ class BenchConfig:
             raise ConfigError(f"repeat must be an integer >= 1, got {self.repeat!r}")
         if not (isinstance(self.capacity_probes, int) and self.capacity_probes >= 1):
             raise ConfigError(f"capacity probes must be an integer >= 1, got {self.capacity_probes!r}")
+        if isinstance(self.capacity_min_batches, bool) or not (isinstance(self.capacity_min_batches, int)
+                                                               and self.capacity_min_batches >= 0):
+            raise ConfigError(f"capacity min batches must be an integer >= 0, got {self.capacity_min_batches!r}")
         if self.warmup_s < 0:
             raise ConfigError(f"warmup must be >= 0 seconds, got {self.warmup_s!r}")
         if not self.jvm_warmup_s >= 0:
@@ -299,7 +307,7 @@ def _names(value, what: str) -> list:
 
 #: the lmstream controller's parameters a bench may set (``BenchConfig.controller``, ``bench --controller``);
 #: the others come from the workload's window or from a bench option of their own
-CONTROLLER_KEYS = ("quantile", "history", "min_margin_s", "interval_margin", "prior_processing_s",
+CONTROLLER_KEYS = ("quantile", "history", "min_margin_s", "cold_start", "interval_margin", "prior_processing_s",
                    "initial_target_s", "poll_interval_s", "warmup")
 _CONTROLLER_OPTIONS = {"catch_up": "catch_up (bench --catch-up)", "service_model": "service_model (--service-model)",
                        "tumbling_target": "tumbling_target (--tumbling-target)"}

@@ -54,7 +54,9 @@ RESUME_KEYS = ("duration_s", "speedup", "spread", "seed", "trigger_s", "master",
                "catch_up", "service_model", "controller")
 #: the settings only the capacity search's probes depend on: a resume that changes one keeps the
 #: cells and starts the search over (:func:`probes_stale`)
-PROBE_KEYS = ("capacity_duration_s", "capacity_start", "capacity_max_rate")
+PROBE_KEYS = ("capacity_duration_s", "capacity_start", "capacity_max_rate", "capacity_min_batches")
+#: what a probe setting was in a bench whose settings file predates it
+PROBE_KEYS_BEFORE = {"capacity_min_batches": 0}
 #: the bench directory's file with the settings it was started with (written when it starts)
 CONFIG_FILE = "bench-config.json"
 #: the logs of finished cells and capacity probes, appended as each finishes
@@ -150,8 +152,15 @@ def probes_stale(saved: dict | None, config: Mapping[str, Any]) -> str | None:
     'its capacity_duration_s was 40.0, this command gives 120.0'
     >>> probes_stale({"config": {"capacity_duration_s": 40.0}}, {"capacity_duration_s": 40}) is None
     True
+
+    A bench from before a setting existed measured as its old value did:
+
+    >>> probes_stale({"config": {"capacity_duration_s": 40.0}}, {"capacity_min_batches": 20})
+    'its capacity_min_batches was 0, this command gives 20'
     """
     before = (saved or {}).get("config") or {}
+    if before:
+        before = {**PROBE_KEYS_BEFORE, **before}
     for key in PROBE_KEYS:
         if key in before and key in config and not _same(before[key], config[key]):
             return f"its {key} was {before[key]!r}, this command gives {config[key]!r}"

@@ -30,7 +30,8 @@ GOALS = (
     ("bound", "lmstream's batches within the bound at the sweep's load", "≥ 95% in every cell"),
     ("bound-capacity", "lmstream's batches within the bound at 80% of asap's capacity", "≥ 95% on every query"),
     ("capacity", "lmstream's capacity within the bound against asap's", "≥ 1.0× on every query (bracketed)"),
-    ("cpu", "lmstream's CPU seconds per million rows against asap's, same load", "≤ 0.7× on every query"),
+    ("cpu", "lmstream's CPU seconds per million rows against asap's, same load", "≤ 0.7× on every query, "
+            "at every load"),
     ("latency", "lmstream's mean latency against the fixed trigger's, where the slide is below the trigger",
      "≤ 0.5× on every such query"),
     ("window", "lmstream's result latency on tumbling windows (a window's close to its row in the output) "
@@ -86,6 +87,33 @@ def _per_query_ratio(cells: pd.DataFrame, column: str, a: str, b: str) -> pd.Dat
     out = ratio.dropna().rename("ratio").reset_index()
     order = _ordered(cells["query"])
     return out.set_index("query").loc[[q for q in order if q in set(out["query"])]].reset_index()
+
+
+def _cpu_ratios(results: pd.DataFrame | None) -> pd.DataFrame:
+    """lmstream's CPU per row over asap's per query at every load the bench ran both at (the sweep's,
+    an overload's, 80% of asap's capacity): the goal asks it at the same offered load, whichever.
+    A cell of another load than the sweep's is labelled with its rate.
+
+    >>> r = pd.DataFrame({"query": ["Q"] * 4, "policy": ["lmstream", "asap"] * 2, "load": ["sweep"] * 2 + ["overload"] * 2,
+    ...                   "rate": [1000.0] * 2 + [2000.0] * 2, "cpu_s_per_mrows": [60.0, 100.0, 75.0, 100.0]})
+    >>> _cpu_ratios(r).values.tolist()
+    [['Q', 0.6], ['Q at 2,000 rows/s', 0.75]]
+    """
+    if _empty(results):
+        return pd.DataFrame(columns=["query", "ratio"])
+    if "load" not in results.columns:
+        return _per_query_ratio(results, "cpu_s_per_mrows", "lmstream", "asap")
+    parts = []
+    loads = ["sweep", *[x for x in dict.fromkeys(results["load"]) if x != "sweep"]]
+    for load in loads:
+        cells = results[results["load"] == load]
+        ratios = _per_query_ratio(cells, "cpu_s_per_mrows", "lmstream", "asap")
+        if load != "sweep" and not ratios.empty:
+            rates = cells.groupby("query")["rate"].first() if "rate" in cells.columns else {}
+            ratios["query"] = [f"{q} at {float(rates[q]):,.0f} rows/s" if q in rates else f"{q} ({load})"
+                               for q in ratios["query"]]
+        parts.append(ratios)
+    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=["query", "ratio"])
 
 
 def _ratio_goal(ratios: pd.DataFrame, limit: float, against: str, *, at_most: bool) -> tuple | None:
@@ -183,8 +211,7 @@ def goals(results: pd.DataFrame | None, capacity: pd.DataFrame | None = None, *,
         "bound": _bound_goal(sweep, ("query", "traffic")),
         "bound-capacity": _bound_goal(near, ("query", "rate")),
         "capacity": _capacity_goal(capacity),
-        "cpu": _ratio_goal(_per_query_ratio(sweep, "cpu_s_per_mrows", "lmstream", "asap"), CPU_RATIO,
-                           "asap's", at_most=True),
+        "cpu": _ratio_goal(_cpu_ratios(results), CPU_RATIO, "asap's", at_most=True),
     }
     short = sweep
     if not sweep.empty and trigger_s is not None and {"slide_s", "window_kind"} <= set(sweep.columns):

@@ -22,6 +22,7 @@ from .tables import _ratio_range, _ratio_text, capacity_brackets, time_shares
 PAPER_LATENCY_REDUCTION = 0.707  # LR1T
 PAPER_THROUGHPUT_RATIO = 1.74  # LR1S
 PAPER_OVERHEAD_LIMIT = 0.01
+PAPER_OVERHEAD_MAX = 0.042  # CM1T, the exception to "below 1% in most workloads" (Table IV)
 
 
 def _policy_ratio(results: pd.DataFrame, column: str) -> pd.DataFrame | None:
@@ -267,9 +268,15 @@ def claims(results: pd.DataFrame, capacity: pd.DataFrame | None = None) -> pd.Da
             reason = "not in this sweep: needs the time components (buffering_s ... optimizer_s)"
         add(claim4, paper4, reason, "", None, math.nan)
     else:
-        worst = shares.loc[shares["overhead"].astype(float).idxmax()]
-        frac = float(worst["overhead"]) / 100.0
-        add(claim4, paper4, f"at most {frac:.2%}", str(worst["query"]), bool(frac < PAPER_OVERHEAD_LIMIT), frac)
+        # the paper's claim is "most workloads" below 1%, its own largest CM1T's 4.2%: so the
+        # same, most queries below 1% and none above the paper's largest
+        fracs = shares["overhead"].astype(float) / 100.0
+        worst = shares.loc[fracs.idxmax()]
+        frac = float(fracs.max())
+        below = int((fracs < PAPER_OVERHEAD_LIMIT).sum())
+        ours4 = f"at most {frac:.2%}; below {PAPER_OVERHEAD_LIMIT:.0%} on {below} of {len(fracs)} queries"
+        add(claim4, paper4, ours4, str(worst["query"]), bool(2 * below > len(fracs) and frac <= PAPER_OVERHEAD_MAX),
+            frac)
 
     out = pd.DataFrame(rows, columns=["claim", "paper", "ours", "where", "agrees", "value"])
     out["agrees"] = out["agrees"].astype(object).where(out["agrees"].notna(), None)
