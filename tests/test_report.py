@@ -733,3 +733,19 @@ def test_the_report_says_how_the_lmstream_controller_was_set():
     assert line in reproduction_markdown(results, batches, capacity, meta).splitlines()
     assert "quantile=0.97, min_margin_s=0.5" in build_report(results, batches, capacity, meta)
     assert "**lmstream controller**" not in reproduction_markdown(results, batches, capacity, {**meta, "config": {}})
+
+
+def test_the_stored_sweep_brackets_every_capacity_it_can_and_names_its_one_batch_failures():
+    from lmstream_kit.bench import load_bench
+
+    _, _, capacity, meta = load_bench(STORED)
+    table = capacity_table(capacity).set_index("query")
+    assert list(table.index) == ["LR1S", "LR1T", "LR2S", "CM1S", "CM1T", "CM2S"]
+    cells = [v for p in ("lmstream", "fixed", "asap") for v in table[f"capacity_{p}"]]
+    # every bound run twice, except where the probe limit stopped the search (CM1S lmstream)
+    assert sum("2 reps" in c for c in cells) == 17 and "(not converged, 1 rep)" in table.loc["CM1S", "capacity_lmstream"]
+    assert table.loc["LR1S", "lmstream/asap"] == "0.84–1.00×" and table.loc["CM2S", "lmstream/asap"] == "0.77–0.92×"
+    # the fixed trigger against a bound equal to its interval (LR2S's 10 s slide): a bracket, an artifact
+    assert table.loc["LR2S", "capacity_fixed"] == "297–324 (bracketed, 2 reps)"
+    assert table.loc["LR1T", "note"] == "lmstream at 12,338: a failed run had 1 of its 6 batches over the bound"
+    assert meta["config"]["controller"] == {"quantile": 0.97, "min_margin_s": 0.5}
