@@ -24,9 +24,6 @@ CAPACITY_RESOLUTION = 0.1
 #: runs (seeds ``seed``, ``seed + 1``, ...) each bound of the final bracket needs: one lucky run proves little
 #: (a rate's verdict is its runs' majority, a tie runs once more)
 CAPACITY_REPS = 2
-#: batches a rate's runs must have made together before one late batch can fail it: the fewest in which
-#: 95% within the bound leaves room for one late batch (19 of 20); see :class:`CapacitySearch`
-CAPACITY_MIN_BATCHES = round(1 / (1 - CAPACITY_SHARE))
 #: what a search's result says (see :attr:`CapacitySearch.status`)
 STATUSES = ("bracketed", "open", "not-converged", "none-passed")
 #: the columns of a probe row (``capacity.parquet``); ``lo``, ``hi`` and ``status`` are the search's after it

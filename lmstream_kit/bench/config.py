@@ -63,7 +63,8 @@ class BenchConfig:
     capacity_min_batches : int
         Pool the runs at a rate, which fails only where more than 5% of at least this many of
         their batches were late (0: most runs decide; see
-        :class:`~lmstream_kit.bench.capacity.CapacitySearch`).
+        :class:`~lmstream_kit.bench.capacity.CapacitySearch`).  20 is the fewest batches in
+        which 95% within the bound leaves room for one late batch.
     capacity_budget_s : float, optional
         Wall seconds for the whole capacity search (None: no limit); after it no
         probe starts, and each unfinished (query, policy) is reported as
