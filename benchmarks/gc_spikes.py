@@ -4,6 +4,7 @@
     .venv/bin/python benchmarks/gc_spikes.py --heaps 1g,4g --collectors serial,parallel,g1
     .venv/bin/python benchmarks/gc_spikes.py --rate 2000 --collectors parallel,parallel-fixed   # -Xms = -Xmx
     .venv/bin/python benchmarks/gc_spikes.py --workload CM1S --heaps 1g --reps 1
+    .venv/bin/python benchmarks/gc_spikes.py --rate 2000 --collectors parallel-fixed,g1-fixed --state-stores default,rocksdb
 
 Issue 15 found LR1S's batches about twice as slow as usual once every 7 or so, in Spark's
 ``addBatch`` and ``queryPlanning``, and no model of the batch's bytes, windows or state predicted
@@ -16,7 +17,9 @@ showed the spikes to be that collector's, and the kit's driver now runs the para
 Each run is a fresh process (the heap and the collector are fixed when the JVM starts): a
 discarded warm-up, then ``--duration`` simulated seconds of the workload under ``--policy``.
 Every heap with every collector (``--collectors``: serial, parallel, the kit's since this
-script, and G1) runs in turn, order alternating, ``--reps`` times.  A batch is a *spike* where its processing time exceeds
+script, and G1) and every state store (``--state-stores``: Spark's default HDFS-backed one, which
+keeps the state's recent versions in the heap, or RocksDB, which keeps it off the heap) runs in
+turn, order alternating, ``--reps`` times.  A batch is a *spike* where its processing time exceeds
 ``--spike`` times the run's median.  Per run it writes:
 
 * ``batches``, ``spikes`` and the median processing time;
@@ -26,7 +29,10 @@ script, and G1) runs in turn, order alternating, ``--reps`` times.  A batch is a
 * ``excess_explained``: the spikes' collection time over their excess processing time (1.0: the
   collector accounts for all of it);
 * ``corr``: the correlation of each batch's processing time with its collection time;
-* ``full_gcs``: collections of the old generation (the serial collector's "MarkSweepCompact").
+* ``full_gcs``: collections of the old generation (the serial collector's "MarkSweepCompact");
+* ``within_bound``: the share of batches whose largest latency met the query's bound;
+* ``cpu_s_per_mrows``: CPU seconds of the measured run (driver JVM with its collector's threads,
+  its Python workers, this process) per million rows, as the bench counts them.
 
 Every number is **measured** on the machine named in the result file
 (``gc-spikes-<host>-<date>.json`` and ``.csv``).
@@ -36,6 +42,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import statistics
 import subprocess
 import sys
@@ -58,6 +65,7 @@ COLLECTORS = {"serial": "-XX:+UseSerialGC", "parallel": "-XX:+UseParallelGC", "g
 
 def one_run(args) -> dict:
     """One heap setting in this process: warm-up, the measured run, its per-batch numbers."""
+    from lmstream_kit.engine.procs import driver_cpu_meter
     from lmstream_kit.engine.session import build_session
     from lmstream_kit.live import LiveStream
     from lmstream_kit.metrics import load_metrics
@@ -69,7 +77,8 @@ def one_run(args) -> dict:
     try:
         def stream(name, policy, duration):
             return LiveStream(args.workload, policy=policy, traffic="constant", rate=args.rate, speedup=args.speedup,
-                              seed=args.seed, duration_s=duration, run_dir=root / name, spark=spark, output="noop")
+                              seed=args.seed, duration_s=duration, run_dir=root / name, spark=spark, output="noop",
+                              state_store=args.state_store)
 
         if args.warmup > 0:
             warm = stream("warmup", "asap", args.warmup).start()
@@ -79,11 +88,14 @@ def one_run(args) -> dict:
                 warm.stop(drain=False)
         beans = spark._jvm.java.lang.management.ManagementFactory.getGarbageCollectorMXBeans()
         full_before = {str(b.getName()): int(b.getCollectionCount()) for b in beans}
+        meter = driver_cpu_meter(spark)
+        meter.start()
         s = stream("run", args.policy, args.duration).start()
         try:
             s.wait(until=lambda st: st.feed_finished(), timeout=3 * args.duration / args.speedup + 300)
         finally:
             s.stop(drain=True, timeout=300)
+        cpu = meter.stop()
         beans = spark._jvm.java.lang.management.ManagementFactory.getGarbageCollectorMXBeans()
         collections = {str(b.getName()): int(b.getCollectionCount()) - full_before.get(str(b.getName()), 0)
                        for b in beans}
@@ -95,10 +107,10 @@ def one_run(args) -> dict:
             "spark_jvm_full_gc_count", "spark_heap_used_bytes", "spark_addBatch_ms", "spark_queryPlanning_ms",
             "spark_triggerExecution_ms"]
     batches = data[[c for c in cols if c in data.columns]].to_dict("records")
-    return {"collections": collections, "batches": batches}
+    return {"collections": collections, "batches": batches, "cpu_s": cpu.total_s, "rows": int(data["rows"].sum())}
 
 
-def summarize(heap: str, collector: str, rep: int, result: dict, spike: float) -> dict:
+def summarize(heap: str, collector: str, rep: int, result: dict, spike: float, state_store: str = "default") -> dict:
     batches = [b for b in result["batches"] if b.get("spark_jvm_gc_ms") == b.get("spark_jvm_gc_ms")]  # not NaN
     proc = [float(b["processing_s"]) for b in batches]
     gc = [float(b["spark_jvm_gc_ms"]) / 1000 for b in batches]
@@ -113,7 +125,8 @@ def summarize(heap: str, collector: str, rep: int, result: dict, spike: float) -
     young = sum(n for name, n in result["collections"].items() if not is_full(name) and "Concurrent" not in name)
     corr = statistics.correlation(proc, gc) if len(proc) > 2 and len(set(gc)) > 1 else float("nan")
     return {
-        "heap": heap, "collector": collector, "rep": rep, "batches": len(proc), "spikes": len(spikes),
+        "heap": heap, "collector": collector, "state_store": state_store, "rep": rep, "batches": len(proc),
+        "spikes": len(spikes),
         "median_processing_s": round(med, 3),
         "gc_ms_spike": round(1000 * statistics.fmean([g for _, g in spikes]), 1) if spikes else None,
         "gc_ms_other": round(1000 * statistics.fmean(others), 1) if others else None,
@@ -122,7 +135,19 @@ def summarize(heap: str, collector: str, rep: int, result: dict, spike: float) -
         "corr": round(corr, 3), "young_gcs": young, "full_gcs": full,
         "gc_s_total": round(sum(gc), 2), "processing_s_total": round(sum(proc), 2),
         "within_bound": _within_bound(result["batches"]),
+        "cpu_s_per_mrows": _per_mrows(result.get("cpu_s"), result.get("rows")),
     }
+
+
+def _per_mrows(cpu_s, rows) -> float | None:
+    """CPU seconds (driver JVM, its Python workers and this process) per million rows (None: unmeasured).
+
+    >>> _per_mrows(12.5, 250_000), _per_mrows(float("nan"), 10), _per_mrows(None, 10), _per_mrows(3.0, 0)
+    (50.0, None, None, None)
+    """
+    if cpu_s is None or rows is None or not rows > 0 or math.isnan(cpu_s):
+        return None
+    return round(cpu_s / rows * 1e6, 1)
 
 
 def _within_bound(batches: list) -> float | None:
@@ -143,6 +168,10 @@ def main(argv=None) -> int:
     ap.add_argument("--heaps", default="4g", help="driver heaps (spark.driver.memory), comma-separated")
     ap.add_argument("--collectors", default="serial,parallel", help=f"driver collectors: {', '.join(COLLECTORS)}")
     ap.add_argument("--collector", default="serial", choices=sorted(COLLECTORS), help=argparse.SUPPRESS)
+    ap.add_argument("--state-stores", default="default",
+                    help="state stores of the workload's query, comma-separated: default (Spark's HDFS-backed, "
+                         "in the heap) or rocksdb (off the heap)")
+    ap.add_argument("--state-store", default="default", choices=("default", "rocksdb"), help=argparse.SUPPRESS)
     ap.add_argument("--reps", type=int, default=2)
     ap.add_argument("--spike", type=float, default=1.5, help="a spike: processing time above this times the median")
     ap.add_argument("--seed", type=int, default=0)
@@ -159,17 +188,23 @@ def main(argv=None) -> int:
     if unknown:
         print(f"error: unknown collector {unknown[0]!r}; known: {', '.join(COLLECTORS)}", file=sys.stderr)
         return 2
-    configs = [(h, c) for h in heaps for c in collectors]
+    stores = [x.strip() for x in args.state_stores.split(",") if x.strip()]
+    bad = [x for x in stores if x not in ("default", "rocksdb")]
+    if bad:
+        print(f"error: unknown state store {bad[0]!r}; known: default, rocksdb", file=sys.stderr)
+        return 2
+    configs = [(h, c, st) for h in heaps for c in collectors for st in stores]
     runs, every = [], []
     total = args.reps * len(configs)
     for rep in range(args.reps):
-        for heap, collector in (configs if rep % 2 == 0 else configs[::-1]):  # in turn, order alternating
-            print(f"[{len(runs) + 1}/{total}] {args.workload} {args.policy} heap {heap} {collector} rep {rep} ...",
-                  flush=True)
+        for heap, collector, store in (configs if rep % 2 == 0 else configs[::-1]):  # in turn, order alternating
+            print(f"[{len(runs) + 1}/{total}] {args.workload} {args.policy} heap {heap} {collector} state {store} "
+                  f"rep {rep} ...", flush=True)
             started = time.time()
             cmd = [sys.executable, __file__, "--one", heap, "--collector", collector, "--workload", args.workload,
                    "--policy", args.policy, "--rate", str(args.rate), "--speedup", str(args.speedup),
-                   "--duration", str(args.duration), "--warmup", str(args.warmup), "--seed", str(args.seed)]
+                   "--duration", str(args.duration), "--warmup", str(args.warmup), "--seed", str(args.seed),
+                   "--state-store", store]
             proc = subprocess.run(cmd, capture_output=True, text=True)
             line = next((x for x in proc.stdout.splitlines() if x.startswith("RESULT ")), None)
             if proc.returncode != 0 or line is None:
@@ -177,16 +212,18 @@ def main(argv=None) -> int:
                 print(f"error: the run with heap {heap} failed (exit {proc.returncode})", file=sys.stderr)
                 return 1
             result = json.loads(line[len("RESULT "):])
-            row = summarize(heap, collector, rep, result, args.spike)
+            row = summarize(heap, collector, rep, result, args.spike, store)
             row["wall_s"] = round(time.time() - started, 1)
             runs.append(row)
-            every += [{"heap": heap, "collector": collector, "rep": rep, **b} for b in result["batches"]]
+            every += [{"heap": heap, "collector": collector, "state_store": store, "rep": rep, **b}
+                      for b in result["batches"]]
             print(f"    {row['batches']} batches, {row['spikes']} spikes (median {row['median_processing_s']} s): "
                   f"GC {row['gc_ms_spike']} ms in spikes vs {row['gc_ms_other']} ms in others, "
                   f"{row['spikes_with_gc']} of spikes with GC, excess explained {row['excess_explained']}, "
-                  f"corr {row['corr']}, young {row['young_gcs']} / full {row['full_gcs']} collections", flush=True)
+                  f"corr {row['corr']}, young {row['young_gcs']} / full {row['full_gcs']} collections, "
+                  f"{row['within_bound']} within the bound, {row['cpu_s_per_mrows']} CPU s per million rows", flush=True)
     meta = {"workload": args.workload, "policy": args.policy, "rate": args.rate, "speedup": args.speedup,
-            "duration_s": args.duration, "spike": args.spike, "reps": args.reps}
+            "duration_s": args.duration, "spike": args.spike, "reps": args.reps, "warmup_s": args.warmup}
     path = write_run_results(args.out, "gc-spikes", meta, runs)
     batches_path = path.with_name(path.stem + "-batches.csv")
     import csv

@@ -23,9 +23,9 @@ Example
 >>> c.decide(10.0, []).reason
 'empty'
 >>> d = c.decide(10.0, [D(arrival=9.0, rows=10, nbytes=640)])
->>> d.admit, d.reason, d.estimate_s       # 1 s old + 1 s prior + 0.01 s poll < 5 s
-(False, 'wait', 2.01)
->>> c.decide(13.0, [D(arrival=9.0, rows=10, nbytes=640)]).reason   # 4 + 1 + 0.01 >= 5
+>>> d.admit, d.reason, d.estimate_s       # 1 s old + 1 s prior + 1 s cold-start margin + 0.01 s poll < 5 s
+(False, 'wait', 3.01)
+>>> c.decide(13.0, [D(arrival=9.0, rows=10, nbytes=640)]).reason   # 4 + 1 + 1 + 0.01 >= 5
 'admit'
 >>> c.decide(14.0, [D(arrival=9.0, rows=10, nbytes=640)]).reason   # age 5 >= 5
 'overdue'
@@ -206,7 +206,7 @@ class AdmissionController(BatchController):
         ``0.25 * target`` (following the target while nothing is observed).
     min_margin_s : float, default 0.0
         Lower bound of the safety margin (>= 0).
-    cold_start : int, default 0
+    cold_start : int, default 3
         Batches during which the margin is at least the prediction itself
         (>= 0; 0: none), so that each of them leaves room for twice its
         predicted processing.  A model that has seen a few batches has not
@@ -306,9 +306,9 @@ class AdmissionController(BatchController):
     Examples
     --------
     >>> from types import SimpleNamespace as D
-    >>> c = AdmissionController(slide_s=5.0)          # prior = 0.25 * 5 = 1.25 s
+    >>> c = AdmissionController(slide_s=5.0)          # prior = 0.25 * 5 = 1.25 s, margin as much (cold start)
     >>> p = [D(arrival=0.0, rows=100, nbytes=6400)]
-    >>> c.decide(3.73, p).reason, c.decide(3.74, p).reason
+    >>> c.decide(2.48, p).reason, c.decide(2.49, p).reason
     ('wait', 'admit')
     >>> c.observe(BatchObservation(rows=100, nbytes=6400, processing_s=1.0, max_latency_s=4.74))
     >>> c.margin_s, c.model.predict(6400)   # one residual, -0.25: its size until 3 are known
@@ -359,7 +359,7 @@ class AdmissionController(BatchController):
         initial_target_s: float = 1.0,
         prior_processing_s: float | None = None,
         min_margin_s: float = 0.0,
-        cold_start: int = 0,
+        cold_start: int = 3,
         interval_margin: bool = True,
         tumbling_target: str = "paper",
         window_target_s: float = 0.0,
@@ -490,7 +490,9 @@ class AdmissionController(BatchController):
         >>> backlog = [D(arrival=float(i), rows=1, nbytes=100) for i in range(10)]
         >>> d = c.decide(20.0, backlog)
         >>> d.reason, d.take, d.predicted_s, d.margin_s      # 3 x 100 B in 1.5 s; 4 would need 2 s
-        ('catch-up', 3, 1.5, 0.0)
+        ('catch-up', 3, 1.5, 1.5)
+
+        (Its margin is its prediction: the controller has seen fewer than ``cold_start`` batches.)
         """
         # Aggregate outside the lock: this is the only O(len(pending)) work.
         n = 0

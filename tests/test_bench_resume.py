@@ -330,9 +330,28 @@ def test_controller_parameters_reach_the_lmstream_controller_and_a_resume_must_k
     fake(make_run([], stop_at=1))
     with pytest.raises(Interrupted):
         run_bench(cfg, out)
-    with pytest.raises(ConfigError, match=r"its controller was \{'quantile': 0\.97, 'min_margin_s': 0\.5\}, "
-                                          r"this command gives \{\}"):
+    with pytest.raises(ConfigError, match=r"its controller was \{'cold_start': 3, 'quantile': 0\.97, 'min_margin_s': "
+                                          r"0\.5\}, this command gives \{'cold_start': 3\}"):
         run_bench(config(), out, resume=True)
+
+
+def test_a_bench_from_before_cold_start_became_3_resumes_only_with_cold_start_0(tmp_path, fake):
+    out = tmp_path / "b"
+    fake(make_run([], stop_at=1))
+    with pytest.raises(Interrupted):
+        run_bench(config(controller={"quantile": 0.97}), out)
+    settings = json.loads((out / "bench-config.json").read_text())
+    assert settings["controller_defaults"] == {"cold_start": 3}
+    del settings["controller_defaults"]  # as a settings file written before the default changed
+    (out / "bench-config.json").write_text(json.dumps(settings))
+    with pytest.raises(ConfigError, match=r"its controller was \{'cold_start': 0, 'quantile': 0\.97\}, "
+                                          r"this command gives \{'cold_start': 3, 'quantile': 0\.97\}"):
+        run_bench(config(controller={"quantile": 0.97}), out, resume=True)
+    fake(make_run([]))
+    run_bench(config(controller={"quantile": 0.97, "cold_start": 0}), out, resume=True)
+    settings = json.loads((out / "bench-config.json").read_text())
+    assert settings["controller_defaults"] == {"cold_start": 3}
+    assert settings["config"]["controller"] == {"quantile": 0.97, "cold_start": 0}
 
 
 @pytest.mark.parametrize(("args", "said"), [

@@ -19,7 +19,7 @@ def backlog(n, nbytes=100, t0=0.0):
 
 def learned(catch_up="chunks"):
     """2 s target; the model has seen 100 B in 0.5 s and 200 B in 1.0 s (both predicted exactly: margin 0)."""
-    c = AdmissionController(slide_s=2.0, prior_processing_s=0.5, catch_up=catch_up)
+    c = AdmissionController(slide_s=2.0, prior_processing_s=0.5, catch_up=catch_up, cold_start=0)
     c.observe(BatchObservation(rows=10, nbytes=100, processing_s=0.5, max_latency_s=2.0))
     c.observe(BatchObservation(rows=20, nbytes=200, processing_s=1.0, max_latency_s=2.0))
     assert c.margin_s == 0.0 and c.model.predict(400) == 2.0
@@ -50,7 +50,7 @@ def test_where_the_oldest_dataset_alone_overruns_chunks_cannot_help():
 
 def with_margin():
     """``learned()`` with a 0.5 s margin: the budget is 2 - 0.5 - 0.01 s, 2 datasets of 100 B (1 s)."""
-    c = AdmissionController(slide_s=2.0, prior_processing_s=0.5, min_margin_s=0.5)
+    c = AdmissionController(slide_s=2.0, prior_processing_s=0.5, min_margin_s=0.5, cold_start=0)
     c.observe(BatchObservation(rows=10, nbytes=100, processing_s=0.5, max_latency_s=2.0))
     c.observe(BatchObservation(rows=20, nbytes=200, processing_s=1.0, max_latency_s=2.0))
     assert c.margin_s == 0.5
@@ -105,7 +105,7 @@ class LinearRunner(BatchController):
 
 def drain(catch_up, n=40, now=1100.0):
     clock = NS(t=now)
-    gate = AdmissionController(slide_s=2.0, prior_processing_s=0.5, catch_up=catch_up)
+    gate = AdmissionController(slide_s=2.0, prior_processing_s=0.5, catch_up=catch_up, cold_start=0)
     log = ChangeLog()
     gate.bind_changelog(log)
     loop = RunLoop(gate, LinearRunner(clock), log, clock=lambda: clock.t,
@@ -158,7 +158,7 @@ def test_after_a_burst_chunks_bound_every_batch_and_leave_fewer_rows_late():
 
     runs = {}
     for rule in ("chunks", "all"):
-        c = AdmissionController(slide_s=2.0, catch_up=rule)
+        c = AdmissionController(slide_s=2.0, catch_up=rule, cold_start=0)
         runs[rule] = simulate(c, arrivals=arrivals, service_time=service)
     assert sum(b.rows for b in runs["chunks"]) == sum(b.rows for b in runs["all"]) == 1200
     longest = {rule: max(b.completed_at - b.admitted_at for b in bs) for rule, bs in runs.items()}

@@ -235,7 +235,7 @@ class TestDecide:
 
     def test_first_admit_with_default_prior_exact_poll(self):
         # prior = 0.25 * 5 = 1.25; admit when age + 1.25 + 0.01 >= 5, i.e. age >= 3.74
-        c = AdmissionController(slide_s=5.0)
+        c = AdmissionController(slide_s=5.0, cold_start=0)
         pending = [ds(0.0), ds(1.0), ds(2.0), ds(3.0)]
         d = c.decide(3.73, pending)
         assert (d.admit, d.reason) == (False, "wait")
@@ -250,12 +250,12 @@ class TestDecide:
     def test_exact_tie_counts_as_reached(self):
         # 1.49 + 0.7 + 0.01 is 2.1999999999999997 in binary; on paper it is
         # 2.2 = target, so the controller admits (1 ns tolerance).
-        c = AdmissionController(slide_s=2.2, prior_processing_s=0.7)
+        c = AdmissionController(slide_s=2.2, prior_processing_s=0.7, cold_start=0)
         assert c.decide(1.48, [ds(0.0)]).reason == "wait"
         assert c.decide(1.49, [ds(0.0)]).reason == "admit"
 
     def test_first_batch_uses_explicit_prior(self):
-        c = AdmissionController(slide_s=5.0, prior_processing_s=0.7)
+        c = AdmissionController(slide_s=5.0, prior_processing_s=0.7, cold_start=0)
         d = c.decide(4.0, [ds(0.0)])
         assert d.predicted_s == 0.7
         assert d.reason == "wait"  # 4 + 0.7 + 0.01 < 5
@@ -293,7 +293,7 @@ class TestDecide:
         assert c.decide(1.0, [ds(0.0)]).predicted_s == 0.3  # model, not prior
 
     def test_tumbling_prior_is_quarter_of_initial_target(self):
-        c = AdmissionController(slide_s=0, initial_target_s=2.0)
+        c = AdmissionController(slide_s=0, initial_target_s=2.0, cold_start=0)
         d = c.decide(1.0, [ds(0.0)])
         assert (d.predicted_s, d.target_s) == (0.5, 2.0)
         assert d.reason == "wait"  # 1 + 0.5 + 0.01 < 2
@@ -318,7 +318,7 @@ class TestDecide:
         assert (d.admit, d.reason) == (True, "overdue")
 
     def test_huge_prior_admits_first_dataset_at_once(self):
-        c = AdmissionController(slide_s=5.0, prior_processing_s=6.0)
+        c = AdmissionController(slide_s=5.0, prior_processing_s=6.0, cold_start=0)
         d = c.decide(50.0, [ds(50.0)])
         assert (d.admit, d.reason, d.estimate_s) == (True, "admit", 6.01)
 
@@ -329,7 +329,7 @@ class TestDecide:
         assert d.reason == "wait"
 
     def test_poll_interval_in_estimate(self):
-        c = AdmissionController(slide_s=5.0, prior_processing_s=1.0, poll_interval_s=0.5)
+        c = AdmissionController(slide_s=5.0, prior_processing_s=1.0, poll_interval_s=0.5, cold_start=0)
         assert c.decide(3.4, [ds(0.0)]).reason == "wait"  # 3.4 + 1 + 0.5 = 4.9
         assert c.decide(3.5, [ds(0.0)]).reason == "admit"  # = 5.0
 
@@ -416,6 +416,7 @@ class TestMutate:
             "initial_target_s": 3.0,
             "prior_processing_s": 0.2,
             "min_margin_s": 0.1,
+            "cold_start": 0,
         }
         c.mutate(new)
         p = c.params()
@@ -524,7 +525,7 @@ def test_params_and_snapshot_json():
         "initial_target_s": 1.0,
         "prior_processing_s": 0.5,
         "min_margin_s": 0.0,
-        "cold_start": 0,
+        "cold_start": 3,
         "interval_margin": True,
         "catch_up": "chunks",
         "tumbling_target": "paper",

@@ -80,7 +80,7 @@ def test_invalid_inputs(call):
 def test_first_admit_exact_poll_sliding():
     # One dataset per second; prior = 0.25 * 5 = 1.25 s; admit when
     # age + 1.25 + 0.01 >= 5 -> age >= 3.74: the poll at exactly 3.74.
-    c = AdmissionController(slide_s=5.0)
+    c = AdmissionController(slide_s=5.0, cold_start=0)
     b = simulate(c, arrivals=constant_arrivals(100, 10), service_time=const(0.5))
     first = b[0]
     assert first.admitted_at == 3.74
@@ -96,7 +96,7 @@ def test_first_admit_exact_poll_sliding():
 def test_first_admit_with_explicit_prior_between_polls():
     # age >= 5 - 1.234 - 0.01 = 3.756 -> first poll at or after it is 3.76
     # (plain quantile margin: the over-prediction of batch 0 gives margin 0)
-    c = AdmissionController(slide_s=5.0, prior_processing_s=1.234, interval_margin=False)
+    c = AdmissionController(slide_s=5.0, prior_processing_s=1.234, interval_margin=False, cold_start=0)
     b = simulate(c, arrivals=constant_arrivals(100, 10), service_time=const(0.5))
     assert [(x.admitted_at, x.n_datasets) for x in b] == [(3.76, 4), (8.37, 5), (13.49, 1)]
     # after batch 0 the model holds (25600 B, 0.5 s): 5 datasets (32000 B)
@@ -126,7 +126,7 @@ EXPECTED_SEED7 = [
 def test_seeded_random_trace_exact_batches():
     arrivals = random_arrivals(1000, 200, 30, seed=7)
     # the trace below was worked out for the plain residual-quantile margin
-    c = AdmissionController(slide_s=5.0, interval_margin=False)
+    c = AdmissionController(slide_s=5.0, interval_margin=False, cold_start=0)
     b = simulate(c, arrivals=arrivals, service_time=linear(0.2, 2e-6))
     got = [(x.admitted_at, x.n_datasets, x.rows, x.decision.reason) for x in b]
     assert len(got) == len(EXPECTED_SEED7)

@@ -53,7 +53,7 @@ def test_data_that_closes_a_window_is_admitted_at_once_and_only_then():
 
 def test_a_stream_that_starts_inside_a_window_does_not_close_the_empty_one_before_it():
     # the first data is second 64: [0, 60) holds no row, so the watermark passing 60 emits nothing
-    c = window_gate(window_target_s=3.0, prior_processing_s=0.1)
+    c = window_gate(window_target_s=3.0, prior_processing_s=0.1, cold_start=0)
     assert c.decide(9.5, [ds(64, 6.4)]).admit  # waited out the target
     assert c.decide(9.75, [ds(65, 9.6), ds(66, 9.7)]).reason == "wait"  # the watermark passes 60: nothing closes
     assert c.decide(12.45, [ds(65, 9.6), ds(66, 9.7), ds(125, 12.4)]).reason == "window"  # [60, 120) closes

@@ -28,7 +28,7 @@ Examples
 >>> from pathlib import Path
 >>> d = Path(tempfile.mkdtemp())
 >>> start(d, {"speedup": 2.0, "duration_s": 120.0, "queries": ["LR2S"]}, "2026-11-25T02:00:00+00:00")
-{'config': {'speedup': 2.0, 'duration_s': 120.0, 'queries': ['LR2S']}, 'started_at': '2026-11-25T02:00:00+00:00', 'resumed_at': [], 'commits': [None]}
+{'config': {'speedup': 2.0, 'duration_s': 120.0, 'queries': ['LR2S']}, 'controller_defaults': {'cold_start': 3}, 'started_at': '2026-11-25T02:00:00+00:00', 'resumed_at': [], 'commits': [None]}
 >>> check(d, {"speedup": 4.0, "duration_s": 120.0, "queries": ["LR1S"]})
 Traceback (most recent call last):
 ...
@@ -57,6 +57,9 @@ RESUME_KEYS = ("duration_s", "speedup", "spread", "seed", "trigger_s", "master",
 PROBE_KEYS = ("capacity_duration_s", "capacity_start", "capacity_max_rate", "capacity_min_batches")
 #: what a probe setting was in a bench whose settings file predates it
 PROBE_KEYS_BEFORE = {"capacity_min_batches": 0}
+#: the lmstream controller's parameters whose default changed, as the benches ran them whose
+#: settings file records no ``controller_defaults`` (it was written before the change)
+CONTROLLER_DEFAULTS_BEFORE = {"cold_start": 0}
 #: the bench directory's file with the settings it was started with (written when it starts)
 CONFIG_FILE = "bench-config.json"
 #: the logs of finished cells and capacity probes, appended as each finishes
@@ -123,7 +126,39 @@ def start(out: Path, config: Mapping[str, Any], started_at: str, commit: str | N
     out = Path(out)
     for name in (CELLS_LOG, PROBES_LOG):
         (out / name).unlink(missing_ok=True)
-    return _write(out, {"config": dict(config), "started_at": started_at, "resumed_at": [], "commits": [commit]})
+    return _write(out, {"config": dict(config), "controller_defaults": controller_defaults(), "started_at": started_at,
+                        "resumed_at": [], "commits": [commit]})
+
+
+def controller_defaults() -> dict:
+    """Today's defaults of the controller parameters in :data:`CONTROLLER_DEFAULTS_BEFORE`.
+
+    >>> controller_defaults()
+    {'cold_start': 3}
+    """
+    import inspect
+
+    from ..controller import AdmissionController
+
+    params = inspect.signature(AdmissionController).parameters
+    return {key: params[key].default for key in CONTROLLER_DEFAULTS_BEFORE}
+
+
+def effective_controller(saved: Mapping[str, Any] | None, controller: Mapping[str, Any] | None) -> dict:
+    """The controller parameters a bench ran with: its ``controller`` settings over the defaults of
+    its time (``saved["controller_defaults"]``; :data:`CONTROLLER_DEFAULTS_BEFORE` where the settings
+    file predates them; today's where ``saved`` is None).
+
+    >>> effective_controller({}, {"quantile": 0.97})
+    {'cold_start': 0, 'quantile': 0.97}
+    >>> effective_controller(None, {"cold_start": 1})
+    {'cold_start': 1}
+    """
+    if saved is None:
+        defaults = controller_defaults()
+    else:
+        defaults = saved.get("controller_defaults") or CONTROLLER_DEFAULTS_BEFORE
+    return {**defaults, **dict(controller or {})}
 
 
 def check(out: Path, config: Mapping[str, Any]) -> dict | None:
@@ -138,9 +173,14 @@ def check(out: Path, config: Mapping[str, Any]) -> dict | None:
     except (ValueError, KeyError, TypeError):
         raise ConfigError(f"cannot resume the bench in {out}: {path.name} is not a bench's settings file") from None
     for key in RESUME_KEYS:
-        if key in before and key in config and not _same(before[key], config[key]):
-            raise ConfigError(f"cannot resume the bench in {out}: its {key} was {before[key]!r}, this command gives "
-                              f"{config[key]!r} (give the same options, or start a new bench directory)")
+        if key not in before or key not in config:
+            continue
+        was, now = before[key], config[key]
+        if key == "controller":  # with the defaults of each one's time: a changed default changes what it measures
+            was, now = effective_controller(saved, was), effective_controller(None, now)
+        if not _same(was, now):
+            raise ConfigError(f"cannot resume the bench in {out}: its {key} was {was!r}, this command gives "
+                              f"{now!r} (give the same options, or start a new bench directory)")
     return saved
 
 
@@ -185,6 +225,7 @@ def resumed(out: Path, saved: dict | None, config: Mapping[str, Any], now: str, 
     saved["resumed_at"] = [*saved.get("resumed_at", []), now]
     saved["commits"] = [*saved.get("commits", []), commit]
     saved["config"] = dict(config)  # the same where it counts (check); the probes' and the shape's as given now
+    saved["controller_defaults"] = controller_defaults()  # check: today's defaults with these settings ran as before
     return _write(Path(out), saved)
 
 
