@@ -34,6 +34,10 @@ turn, order alternating, ``--reps`` times.  A batch is a *spike* where its proce
 * ``cpu_s_per_mrows``: CPU seconds of the measured run (driver JVM with its collector's threads,
   its Python workers, this process) per million rows, as the bench counts them.
 
+On LR1S at 2,000 rows/s (2026-11-28, ``gc-spikes-vm-20261128-160902``) RocksDB is no remedy: its
+batches took a median 6.4-6.5 s against 0.95-1.03 s, none met the bound, at about twice the CPU
+per row (862-934 against 394-472 s per million rows).
+
 Every number is **measured** on the machine named in the result file
 (``gc-spikes-<host>-<date>.json`` and ``.csv``).
 """
