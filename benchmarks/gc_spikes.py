@@ -57,6 +57,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from lmstream_kit.bench.outputs import write_run_results  # noqa: E402
+from lmstream_kit.engine.state import STATE_STORES  # noqa: E402
 
 
 #: the collectors a run may name, as the JVM options that select each ("{heap}": the run's heap).  A
@@ -175,7 +176,7 @@ def main(argv=None) -> int:
     ap.add_argument("--state-stores", default="default",
                     help="state stores of the workload's query, comma-separated: default (Spark's HDFS-backed, "
                          "in the heap) or rocksdb (off the heap)")
-    ap.add_argument("--state-store", default="default", choices=("default", "rocksdb"), help=argparse.SUPPRESS)
+    ap.add_argument("--state-store", default="default", choices=STATE_STORES, help=argparse.SUPPRESS)
     ap.add_argument("--reps", type=int, default=2)
     ap.add_argument("--spike", type=float, default=1.5, help="a spike: processing time above this times the median")
     ap.add_argument("--seed", type=int, default=0)
@@ -193,9 +194,9 @@ def main(argv=None) -> int:
         print(f"error: unknown collector {unknown[0]!r}; known: {', '.join(COLLECTORS)}", file=sys.stderr)
         return 2
     stores = [x.strip() for x in args.state_stores.split(",") if x.strip()]
-    bad = [x for x in stores if x not in ("default", "rocksdb")]
+    bad = [x for x in stores if x not in STATE_STORES]
     if bad:
-        print(f"error: unknown state store {bad[0]!r}; known: default, rocksdb", file=sys.stderr)
+        print(f"error: unknown state store {bad[0]!r}; known: {', '.join(STATE_STORES)}", file=sys.stderr)
         return 2
     configs = [(h, c, st) for h in heaps for c in collectors for st in stores]
     runs, every = [], []

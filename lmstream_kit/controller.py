@@ -310,7 +310,7 @@ class AdmissionController(BatchController):
     >>> p = [D(arrival=0.0, rows=100, nbytes=6400)]
     >>> c.decide(2.48, p).reason, c.decide(2.49, p).reason
     ('wait', 'admit')
-    >>> c.observe(BatchObservation(rows=100, nbytes=6400, processing_s=1.0, max_latency_s=4.74))
+    >>> c.observe(BatchObservation(rows=100, nbytes=6400, processing_s=1.0, max_latency_s=3.49))
     >>> c.margin_s, c.model.predict(6400)   # one residual, -0.25: its size until 3 are known
     (0.25, 1.0)
     >>> c.set_slide(2.0)

@@ -156,8 +156,8 @@ def effective_controller(saved: Mapping[str, Any] | None, controller: Mapping[st
     """
     if saved is None:
         defaults = controller_defaults()
-    else:
-        defaults = saved.get("controller_defaults") or CONTROLLER_DEFAULTS_BEFORE
+    else:  # a default that changed after the file was written reads as it was before the change
+        defaults = {**CONTROLLER_DEFAULTS_BEFORE, **(saved.get("controller_defaults") or {})}
     return {**defaults, **dict(controller or {})}
 
 
