@@ -270,9 +270,11 @@ def run(workload, traffic, rate, spread, policy, trigger_s, slide_s, tumbling, t
 BENCH_PRESETS = {
     # a probe as long as a cell: at 40 simulated s LR1S under lmstream made 10 batches, so one batch
     # over the bound failed a probe at a rate whose 120 s cell kept 97.6% within it
-    # 14 probes: a bracket's two bounds twice each, and room for the third run of a tied rate
+    # up to 128,000 rows/s: at 64,000 asap (and lmstream, from cold_start=3) passed LR2S, CM1S and CM1T, so their
+    # brackets stayed open; 16 probes: doubling from 1,000 to 128,000 takes 8, three bisections to 10% 3 more, the
+    # bracket's two bounds a second run each, and room for the third run of a tied rate
     "paper": {"duration": 120.0, "speedup": 2.0, "rate": 1000.0, "capacity": True, "capacity_duration": 120.0,
-              "capacity_probes": 14, "capacity_budget": 6 * 3600.0, "overloads": ("LR2S=2000", "LR1S=2000"), "at_capacity": 0.8,
+              "capacity_probes": 16, "capacity_max_rate": 128000.0, "capacity_budget": 6 * 3600.0, "overloads": ("LR2S=2000", "LR1S=2000"), "at_capacity": 0.8,
               # at Spark's 1 GiB the fixed trigger's growing LR1S batches at 2,000 rows/s ran out of heap
               "confs": ("spark.driver.memory=4g",)},
 }
@@ -566,6 +568,7 @@ def compare(run_dirs):
 @click.option("--capacity-duration", default=60.0, show_default=True, type=float, help="Simulated seconds per capacity probe.")
 @click.option("--capacity-start", default=None, type=float, help="First probed rate [default: --rate].")
 @click.option("--capacity-probes", default=12, show_default=True, type=int, help="Most probe runs per query and policy, repetitions included: the search bisects until [highest pass, lowest fail] is within 10%, running each bound twice (seeds --seed and --seed + 1).")
+@click.option("--capacity-max-rate", default=64000.0, show_default=True, type=float, metavar="RATE", help="Highest rate the capacity search tries (rows per simulated second): a policy that passes it is reported open (>= RATE).")
 @click.option("--capacity-min-batches", default=20, show_default=True, type=int, help="Pool a rate's probe runs: it passes where 95% of all their batches met the bound and fails only where more than 5% of at least this many were late; with fewer and one late batch it runs again, so one late batch of a policy's few large ones fails no rate (0: most runs decide).")
 @click.option("--overload", "overloads", multiple=True, metavar="QUERY=RATE", help="Also run every policy on QUERY at RATE rows per simulated second (constant traffic): pick a rate above the fixed trigger's capacity for the paper's Fig. 1, where its maximum latency grows batch after batch (repeatable).")
 @click.option("--at-capacity", "at_capacity", default=None, type=float, metavar="SHARE", help="With --capacity: then run every policy once per query at SHARE of asap's measured capacity (e.g. 0.8), constant traffic; the report's goals read them.")
@@ -585,11 +588,11 @@ def compare(run_dirs):
 @click.option("--jars", default=None, help="Comma-separated jars for Spark (spark.jars).")
 @click.option("--feed", default=None, metavar="kafka://HOST:PORT/PREFIX", help="Send every run's traffic through a Kafka topic of its own (PREFIX-RUN-START, created) and stream from it; ?format=avro for Avro values [default: the spool].")
 @click.option("--kafka-partitions", default=2, show_default=True, type=int, help="Partitions of each topic of --feed.")
-@click.option("--preset", default=None, type=click.Choice(sorted(BENCH_PRESETS)), help="Start from a named sweep; options given explicitly override it. paper: the reproduction of docs/reproduction.md (all six queries, three policies, both traffic kinds, 120 simulated s at speedup 2, the capacity search (120 s probes, 14 per query and policy) with a 6 h budget, overload cells for Fig. 1 at 2,000 rows/s on LR2S and LR1S, cells at 80% of asap's capacity, a 4 GiB driver heap; a --conf given adds to its confs).")
+@click.option("--preset", default=None, type=click.Choice(sorted(BENCH_PRESETS)), help="Start from a named sweep; options given explicitly override it. paper: the reproduction of docs/reproduction.md (all six queries, three policies, both traffic kinds, 120 simulated s at speedup 2, the capacity search (120 s probes up to 128,000 rows/s, 16 per query and policy) with a 6 h budget, overload cells for Fig. 1 at 2,000 rows/s on LR2S and LR1S, cells at 80% of asap's capacity, a 4 GiB driver heap; a --conf given adds to its confs).")
 @click.option("--resume", is_flag=True, default=False, help="Go on with the interrupted bench in --out: the cells and capacity probes it finished are kept, the rest run. Give the same options (a setting that changes what a cell measures is refused).")
 @click.option("--remeasure", "remeasure", multiple=True, metavar="QUERY", help="With --resume: run QUERY's finished cells again, every policy side by side (repeatable). A resumed bench also runs again every policy of a cell that failed or is new.")
 @click.option("--out", "out", required=True, type=click.Path(path_type=Path), help="Bench directory.")
-def bench(queries, policies, traffic, duration, repeat, speedup, rate, spread, seed, trigger_s, warmup_s, jvm_warmup_s, capacity, capacity_duration, capacity_start, capacity_probes, capacity_min_batches, capacity_budget, overloads, at_capacity, tumbling_target, service_model, catch_up, controller_params, output, master, results_format, reproduction, notes, device_mode, optimizer, confs, jars, feed, kafka_partitions, preset, resume, remeasure, out):
+def bench(queries, policies, traffic, duration, repeat, speedup, rate, spread, seed, trigger_s, warmup_s, jvm_warmup_s, capacity, capacity_duration, capacity_start, capacity_probes, capacity_max_rate, capacity_min_batches, capacity_budget, overloads, at_capacity, tumbling_target, service_model, catch_up, controller_params, output, master, results_format, reproduction, notes, device_mode, optimizer, confs, jars, feed, kafka_partitions, preset, resume, remeasure, out):
     """Run queries x policies x traffic and write results.parquet and report.html.
 
     Every cell runs to the end of its traffic on one SparkSession; the same
@@ -611,6 +614,7 @@ def bench(queries, policies, traffic, duration, repeat, speedup, rate, spread, s
         capacity_duration = values.get("capacity_duration", capacity_duration)
         capacity_budget = values.get("capacity_budget", capacity_budget)
         capacity_probes = values.get("capacity_probes", capacity_probes)
+        capacity_max_rate = values.get("capacity_max_rate", capacity_max_rate)
         overloads = values.get("overloads", overloads)
         at_capacity = values.get("at_capacity", at_capacity)
         confs = (*BENCH_PRESETS[preset].get("confs", ()), *confs)  # merged: a given key wins
@@ -618,7 +622,7 @@ def bench(queries, policies, traffic, duration, repeat, speedup, rate, spread, s
         queries=queries, policies=policies, traffic=traffic, duration_s=duration, repeat=repeat,
         speedup=speedup, rate=rate, spread=spread, seed=seed, trigger_s=trigger_s, warmup_s=warmup_s, jvm_warmup_s=jvm_warmup_s,
         capacity=capacity, capacity_duration_s=capacity_duration, capacity_start=capacity_start,
-        capacity_probes=capacity_probes, capacity_min_batches=capacity_min_batches, capacity_budget_s=capacity_budget, tumbling_target=tumbling_target, catch_up=catch_up,
+        capacity_probes=capacity_probes, capacity_max_rate=capacity_max_rate, capacity_min_batches=capacity_min_batches, capacity_budget_s=capacity_budget, tumbling_target=tumbling_target, catch_up=catch_up,
         service_model=service_model, controller=_controller_params(controller_params),
         overload=_overloads(overloads), at_capacity=at_capacity, output=output,
         master=master,

@@ -133,6 +133,13 @@ def test_the_paper_preset_fills_the_sweep_and_explicit_options_win(tmp_path, mon
     cfg = seen["cfg"]
     assert (cfg.duration_s, cfg.speedup, cfg.rate, cfg.capacity, cfg.capacity_duration_s) == (60.0, 2.0, 1000.0, True, 120.0)
     assert cfg.overload == {"LR2S": 2000.0, "LR1S": 2000.0} and cfg.capacity_budget_s == 6 * 3600.0
+    assert (cfg.capacity_probes, cfg.capacity_max_rate) == (16, 128000.0)
+    result = CliRunner().invoke(cli, ["bench", "--preset", "paper", "--capacity-max-rate", "90000", "--out", str(tmp_path / "m")])
+    assert isinstance(result.exception, Stop) and seen["cfg"].capacity_max_rate == 90000.0
+    plain = CliRunner().invoke(cli, ["bench", "--capacity", "--out", str(tmp_path / "p")])
+    assert isinstance(plain.exception, Stop) and seen["cfg"].capacity_max_rate == 64000.0
+    bad_rate = CliRunner().invoke(cli, ["bench", "--capacity-max-rate", "0", "--out", str(tmp_path / "z")])
+    assert str(bad_rate.exception) == "capacity_max_rate must be > 0, got 0.0"  # main() prints it in one line
     assert len(cfg.queries) == 6 and cfg.policies == ("lmstream", "fixed", "asap")
     bad = CliRunner().invoke(cli, ["bench", "--preset", "fast", "--out", str(tmp_path / "c")])
     assert bad.exit_code == 2 and "'fast' is not 'paper'" in bad.output

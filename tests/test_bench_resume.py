@@ -244,7 +244,7 @@ def test_the_paper_preset_adds_its_driver_heap_to_the_confs_given(tmp_path, monk
                                       "--resume", "--out", str(tmp_path / "b")])
     assert isinstance(result.exception, Stop), result.output
     assert seen["cfg"].spark_conf == {"spark.driver.memory": "4g", "spark.sql.shuffle.partitions": "4"}
-    assert seen["resume"] is True and seen["cfg"].at_capacity == 0.8 and seen["cfg"].capacity_probes == 14
+    assert seen["resume"] is True and seen["cfg"].at_capacity == 0.8 and seen["cfg"].capacity_probes == 16
     CliRunner().invoke(cli, ["bench", "--preset", "paper", "--conf", "spark.driver.memory=8g",
                              "--out", str(tmp_path / "b")])
     assert seen["cfg"].spark_conf == {"spark.driver.memory": "8g"} and seen["resume"] is False
