@@ -114,3 +114,35 @@ def test_the_cpu_goal_holds_at_every_load_the_bench_ran_lmstream_and_asap_at():
     assert cpu["measured"] == "0.73× asap's at worst, on LR1S at 2,000 rows/s"
     assert cpu["gap"] == "LR1S at 2,000 rows/s: 0.73× (1.04× the goal)"
     assert goals(sweep, None, trigger_s=10.0).set_index("goal").loc["cpu", "met"] is True
+
+
+def cost_batches(query, load, rate, bound_s, *, a, b, lm_rows, asap_rows):
+    """Batches of both policies costing exactly ``a + b * rows``, 3 cold ones first (ten times slower)."""
+    out = []
+    for policy, sizes in (("lmstream", lm_rows), ("asap", asap_rows)):
+        for i, n in enumerate([sizes[0]] * 3 + list(sizes)):
+            out.append({"query": query, "load": load, "policy": policy, "traffic": "constant", "rep": 0,
+                        "batch_id": i, "rows": float(n), "processing_s": (a + b * n) * (10 if i < 3 else 1),
+                        "bound_s": bound_s, "rate": rate})
+    return pd.DataFrame(out)
+
+
+def test_a_cpu_gap_the_bound_leaves_no_room_to_close_says_so():
+    # 100,000 rows per wall second (50,000 per simulated s at speedup 2), a 2.5 s bound, 0.3 s + 6 us a row:
+    # within the bound a batch holds at most (2.5 - 0.3) / (1e-5 + 6e-6) = 137,500 rows, asap's 75,000
+    near = cells()[lambda d: d["query"] == "LR1S"].assign(load="capacity", rate=50000.0, speedup=2.0)
+    near.loc[near["policy"] == "lmstream", "cpu_s_per_mrows"] = 85.0
+    b = cost_batches("LR1S", "capacity", 50000.0, 2.5, a=0.3, b=6e-6, lm_rows=[120000, 137000, 130000],
+                     asap_rows=[70000, 75000, 80000])
+    cpu = goals(near, None, trigger_s=10.0, batches=b).set_index("goal").loc["cpu"]
+    # (0.3 / 137,500 + 6e-6) / (0.3 / 75,000 + 6e-6) = 8.18 / 10 us: the bound allows 0.82x at best
+    assert cpu["gap"] == ("LR1S at 50,000 rows/s: 0.85× (1.21× the goal), where its 2.5 s bound allows about "
+                          "0.82× asap's processing per row at best (batches cost 0.3 s + 6 µs a row: at most "
+                          "137,500 rows within the bound, asap's 75,000)")
+    # a bound of 10 s leaves room for batches of 625,000 rows (0.65x): the goal is the controller's to meet
+    roomy = goals(near, None, trigger_s=10.0, batches=b.assign(bound_s=10.0)).set_index("goal").loc["cpu"]
+    assert roomy["gap"] == "LR1S at 50,000 rows/s: 0.85× (1.21× the goal)"
+    # without the batches, or without asap's, nothing is said
+    assert goals(near, None, trigger_s=10.0).set_index("goal").loc["cpu", "gap"] == roomy["gap"]
+    only_lm = b[b["policy"] == "lmstream"]
+    assert goals(near, None, trigger_s=10.0, batches=only_lm).set_index("goal").loc["cpu", "gap"] == roomy["gap"]

@@ -90,7 +90,7 @@ def build_report(
     meta = dict(meta or {})
     all_results = results if not _empty(results) else pd.DataFrame()
     results, _ = split_load(all_results)  # overload cells: Fig. 1 and the claims (per rate) only
-    batches = batches if not _empty(batches) else pd.DataFrame()
+    batches = all_batches = batches if not _empty(batches) else pd.DataFrame()
     batches, over_batches = split_load(batches)
     policies = set(_policies(results)) | set(_policies(batches))
 
@@ -134,7 +134,7 @@ def build_report(
         parts.append(f"<figure>\n{body}\n<figcaption>{html.escape(caption)}</figcaption>\n</figure>")
 
     claims_table = claims(all_results, capacity)
-    goals_html = _html_table(_goals_display(goals(all_results, capacity, trigger_s=meta.get("trigger_s"))))
+    goals_html = _html_table(_goals_display(goals(all_results, capacity, trigger_s=meta.get("trigger_s"), batches=all_batches)))
     near = split_load(all_results, "capacity")[1]
     near_html = "" if near.empty else (
         f"<h2>At {_capacity_share(meta)} of asap's capacity</h2>\n<p>{html.escape(CAPTIONS['at_capacity'])}</p>\n"
@@ -299,6 +299,7 @@ def reproduction_markdown(
     meta = dict(meta or {})
     all_results = results if not _empty(results) else pd.DataFrame()
     results, overload = split_load(all_results)
+    all_batches = batches if not _empty(batches) else pd.DataFrame()
     errors = prediction_errors(split_load(batches)[0] if not _empty(batches) else None)
     out: list = ["# LMStream reproduction", ""]
     out += [
@@ -322,7 +323,7 @@ def reproduction_markdown(
     out += [f"- **{label}**: {_md_cell(text)}" for label, text in _meta_items(meta)]
     out += ["", "## Claims", "", _md_table(_claims_display(claims(all_results, capacity))), ""]
     out += ["## Goals", "", CAPTIONS["goals"], "",
-            _md_table(_goals_display(goals(all_results, capacity, trigger_s=meta.get("trigger_s")))), ""]
+            _md_table(_goals_display(goals(all_results, capacity, trigger_s=meta.get("trigger_s"), batches=all_batches))), ""]
     near = split_load(all_results, "capacity")[1]
     if not near.empty:
         out += [f"## At {_capacity_share(meta)} of asap's capacity", "", CAPTIONS["at_capacity"], "",
