@@ -83,6 +83,41 @@ def test_a_resumed_sweep_keeps_the_finished_cells_and_runs_only_the_rest(tmp_pat
     assert result.meta["resumed_at"] == saved["resumed_at"] and len(result.meta["commits"]) == 2  # a part each
 
 
+def make_gc_run(calls, stop_at=None, capacity=3000):
+    """:func:`make_run`, with Spark's progress saying the driver collected 0.12 s in each batch, fully in the third."""
+    base = make_run(calls, stop_at, capacity)
+
+    def run(self, query, policy, traffic, *, rate, seed, duration_s, run_dir, catch_up_s=None):
+        _, cpu, ok = base(self, query, policy, traffic, rate=rate, seed=seed, duration_s=duration_s,
+                          run_dir=run_dir, catch_up_s=catch_up_s)
+        (run_dir / "spark_progress.jsonl").write_text("".join(
+            json.dumps({"batch_id": i, "jvm_gc_ms": 120.0, "jvm_full_gc_count": int(i == 3)}) + "\n" for i in (1, 2, 3)))
+        from lmstream_kit.metrics import load_metrics
+
+        return load_metrics(run_dir), cpu, ok
+
+    return run
+
+
+def test_cells_and_probes_carry_the_drivers_collections_and_a_resume_reads_them_for_older_cells(tmp_path, fake):
+    out = tmp_path / "b"
+    calls: list = []
+    fake(make_gc_run(calls, stop_at=4))
+    with pytest.raises(Interrupted):
+        run_bench(config(), out)
+    logged = [json.loads(line) for line in (out / "cells.jsonl").read_text().splitlines()]
+    # 3 batches of 0.4 s processing, 0.12 s collecting each: 30%, one full collection
+    assert [(r["gc_s"], r["gc_share"], r["full_gcs"]) for r in logged] == [(0.36, 0.3, 1.0)] * 3
+    # the cells of a bench part from before the kit recorded collections: read from their run directories
+    (out / "cells.jsonl").write_text("".join(
+        json.dumps({k: v for k, v in r.items() if k not in ("gc_s", "gc_share", "full_gcs")}) + "\n" for r in logged))
+    fake(make_gc_run([]))
+    result = run_bench(config(capacity=True, capacity_probes=2), out, resume=True)
+    cells = result.results
+    assert cells["gc_share"].tolist() == [0.3] * 6 and cells["full_gcs"].tolist() == [1.0] * 6
+    assert result.capacity["gc_share"].tolist() == [0.3] * 6 and result.capacity["full_gcs"].tolist() == [1.0] * 6
+
+
 def test_a_failed_or_vanished_cell_runs_again_beside_its_group_and_a_fresh_bench_forgets_the_old_logs(
         tmp_path, fake):
     out = tmp_path / "b"

@@ -146,3 +146,23 @@ def test_a_cpu_gap_the_bound_leaves_no_room_to_close_says_so():
     assert goals(near, None, trigger_s=10.0).set_index("goal").loc["cpu", "gap"] == roomy["gap"]
     only_lm = b[b["policy"] == "lmstream"]
     assert goals(near, None, trigger_s=10.0, batches=only_lm).set_index("goal").loc["cpu", "gap"] == roomy["gap"]
+
+
+def test_the_gaps_say_what_the_drivers_collector_took_where_lmstream_fell_short():
+    sweep = cells().assign(gc_share=0.1)
+    sweep.loc[(sweep["query"] == "LR1S") & (sweep["policy"] == "lmstream") & (sweep["traffic"] == "random"),
+              "gc_share"] = 0.25
+    cap = probes(1000.0, 1100.0, 2000.0, 2200.0).assign(gc_share=[0.2, 0.35, 0.1, 0.3], full_gcs=[1, 4, 0, 3],
+                                                       error=[None, "Spark's JVM exited (pid 9): ran out of memory",
+                                                              None, None])
+    table = goals(sweep, cap, trigger_s=10.0).set_index("goal")
+    assert table.loc["bound", "gap"] == ("5.0 points short on LR1S (random) (the driver's collector took 25% of its "
+                                         "processing)")
+    # lmstream failed at 1,100 rows/s; asap ran no probe there, so its highest passing rate (2,000) is beside it
+    assert table.loc["capacity", "gap"] == ("LR1S: at most 0.55×; at 1,100 rows/s the driver's collector took 35% of "
+                                            "lmstream's processing (4 full collections) and its driver ran out of "
+                                            "heap, 10% of asap's at 2,000")
+    # probes and cells from before the kit recorded collections: the gaps as before
+    old = goals(cells(), probes(1000.0, 1100.0, 2000.0, 2200.0), trigger_s=10.0).set_index("goal")
+    assert old.loc["capacity", "gap"] == "LR1S: at most 0.55×"
+    assert old.loc["bound", "gap"] == "5.0 points short on LR1S (random)"

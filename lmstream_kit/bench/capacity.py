@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Optional, Sequence
 
 from ..exceptions import ConfigError
-from .cells import bound_s, metrics_so_far
+from .cells import bound_s, collector_fields, metrics_so_far
 from .config import BenchConfig, ProgressFn
 
 if TYPE_CHECKING:
@@ -28,7 +28,7 @@ CAPACITY_REPS = 2
 STATUSES = ("bracketed", "open", "not-converged", "none-passed")
 #: the columns of a probe row (``capacity.parquet``); ``lo``, ``hi`` and ``status`` are the search's after it
 PROBE_COLUMNS = ["query", "policy", "probe", "rate", "rep", "seed", "duration_s", "within_bound", "passed",
-                 "batches", "caught_up", "wall_s", "lo", "hi", "status", "error", "retried"]
+                 "batches", "caught_up", "wall_s", "lo", "hi", "status", "error", "retried", "gc_share", "full_gcs"]
 
 
 class CapacitySearch:
@@ -436,7 +436,9 @@ def _capacity(cfg: BenchConfig, runner: _Runner, out: Path, notify: ProgressFn,
         measured = {"seed": cfg.seed + rep, "duration_s": float(cfg.capacity_duration_s),
                     "within_bound": share, "passed": bool(caught_up and share >= CAPACITY_SHARE),
                     "batches": int(len(data)), "caught_up": bool(caught_up),
-                    "wall_s": round(time.monotonic() - began, 3), **({"error": error} if error else {}),
+                    "wall_s": round(time.monotonic() - began, 3),
+                    **{k: v for k, v in collector_fields(metrics).items() if k != "gc_s"},
+                    **({"error": error} if error else {}),
                     **({"retried": retried} if retried else {})}
         return measured
 

@@ -92,7 +92,39 @@ def cell_row(metrics, *, workload, policy: str, traffic: str, rep: int, seed: in
         cpu_total_s=total,
         cpu_s_per_mrows=total / rows * 1e6 if rows and not math.isnan(total) else nan,
     )
+    row.update(collector_fields(metrics))
     return row
+
+
+def collector_fields(metrics) -> dict:
+    """The driver JVM's garbage collection over a run's data batches, from Spark's progress.
+
+    ``gc_s``: the collectors' seconds (each progress counts those since the batch before),
+    ``gc_share``: their share of the batches' processing seconds, ``full_gcs``: the full
+    (old-generation) collections.  NaN where the progress carries no collector counts (a run
+    before the kit recorded them, or a JVM that does not say).
+
+    >>> import pandas as pd
+    >>> m = pd.DataFrame({"rows": [0, 100, 100], "processing_s": [0.5, 2.0, 2.0],
+    ...                   "spark_jvm_gc_ms": [50.0, 200.0, 1800.0], "spark_jvm_full_gc_count": [0, 0, 1]})
+    >>> collector_fields(m)
+    {'gc_s': 2.0, 'gc_share': 0.5, 'full_gcs': 1.0}
+    """
+    nan = float("nan")
+    out = {"gc_s": nan, "gc_share": nan, "full_gcs": nan}
+    if not len(metrics) or "spark_jvm_gc_ms" not in metrics.columns:
+        return out
+    data = metrics[metrics["rows"] > 0]
+    gc_ms = data["spark_jvm_gc_ms"].astype(float)
+    if not len(data) or gc_ms.isna().all():
+        return out
+    gc_s = float(gc_ms.sum()) / 1000.0
+    processing = float(data["processing_s"].astype(float).sum())
+    out.update(gc_s=round(gc_s, 3), gc_share=round(gc_s / processing, 4) if processing > 0 else nan)
+    if "spark_jvm_full_gc_count" in data.columns:
+        full = data["spark_jvm_full_gc_count"].astype(float)
+        out["full_gcs"] = float(full.sum()) if full.notna().any() else nan
+    return out
 
 
 def _float(value) -> float:

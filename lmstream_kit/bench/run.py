@@ -12,7 +12,7 @@ from typing import Any, Callable, Optional, Sequence
 
 from ..exceptions import ConfigError
 from .capacity import PROBE_COLUMNS, _capacity
-from .cells import batch_rows, cell_row, metrics_so_far
+from .cells import batch_rows, cell_row, collector_fields, metrics_so_far
 from .config import BenchConfig, ProgressFn, _config_dict
 from .outputs import _kit_version, machine_info, source_commit, write_outputs, write_reports
 from . import resume as _resume
@@ -268,8 +268,13 @@ def run_bench(
                 workload = cfg.workload(cell["query"])
                 row = kept.get(_resume.cell_key(cell))
                 if row is not None:  # measured before the bench was interrupted
+                    from ..metrics import load_metrics
+
+                    metrics = load_metrics(out / row["run_dir"])
+                    if "gc_share" not in row:  # a cell of a bench part before the kit recorded collections
+                        row = {**row, **collector_fields(metrics)}
                     rows.append(row)
-                    batch_records.extend(_batch_records(row, cell, workload, out, cfg.speedup))
+                    batch_records.extend(_batch_records(row, cell, workload, out, cfg.speedup, metrics))
                     progress["done"] += 1
                     notify({"phase": phase, "done": progress["done"], "total": progress["total"],
                             "label": f"kept {row['run_dir']}"})

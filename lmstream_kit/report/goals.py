@@ -61,7 +61,8 @@ def _bound_goal(cells: pd.DataFrame, where_keys: tuple) -> tuple | None:
     lm = cells[cells["policy"] == "lmstream"] if not cells.empty and "policy" in cells.columns else cells
     if lm.empty or "within_bound" not in lm.columns:
         return None
-    agg = _mean_over_reps(lm, ["within_bound"], where_keys)
+    gc = [c for c in ("gc_share",) if c in lm.columns]
+    agg = _mean_over_reps(lm, ["within_bound", *gc], where_keys)
     agg = agg[agg["within_bound"].notna()]
     if agg.empty:
         return None
@@ -69,9 +70,54 @@ def _bound_goal(cells: pd.DataFrame, where_keys: tuple) -> tuple | None:
     label = _label(worst, where_keys)
     short = agg[agg["within_bound"] < PASS_SHARE]
     gaps = [f"{100 * (PASS_SHARE - row['within_bound']):.1f} points short on {_label(row, where_keys)}"
+            + _collector_text(row.get("gc_share"))
             for _, row in short.sort_values("within_bound").iterrows()]
     measured = f"{worst['within_bound']:.1%} of batches within the bound at worst, on {label}"
     return measured, label, bool(short.empty), "; ".join(gaps)
+
+
+def _collector_text(share) -> str:
+    """`` (the driver's collector took 35% of its processing)``, or "" where the cells do not say."""
+    if share is None or not pd.notna(share):
+        return ""
+    return f" (the driver's collector took {float(share):.0%} of its processing)"
+
+
+def _probe_collector(capacity: pd.DataFrame | None, query: str, policy: str, rate) -> tuple | None:
+    """(collector share, full collections, ran out of heap) over ``policy``'s probes of ``query`` at ``rate``."""
+    if _empty(capacity) or rate is None or pd.isna(rate) or "rate" not in capacity.columns:
+        return None
+    runs = capacity[(capacity["query"] == query) & (capacity["policy"] == policy)
+                    & (pd.to_numeric(capacity["rate"], errors="coerce") == float(rate))]
+    if runs.empty:
+        return None
+    share = runs["gc_share"].astype(float).mean() if "gc_share" in runs.columns else float("nan")
+    full = runs["full_gcs"].astype(float).sum(min_count=1) if "full_gcs" in runs.columns else float("nan")
+    errors = " ".join(str(e) for k in ("error", "retried") if k in runs.columns for e in runs[k].dropna())
+    return share, full, "out of memory" in errors
+
+
+def _capacity_why(capacity: pd.DataFrame | None, query: str, lm: Mapping, asap: Mapping) -> str:
+    """What the driver's collector did where lmstream failed (its lowest failing rate), beside asap at
+    the same rate, or else at asap's highest passing rate: a capacity the heap sets shows there."""
+    got = _probe_collector(capacity, query, "lmstream", lm.get("hi"))
+    if got is None or (pd.isna(got[0]) and not got[2]):
+        return ""
+    share, full, oom = got
+    text = f"; at {float(lm['hi']):,.0f} rows/s"
+    if pd.notna(share):
+        text += f" the driver's collector took {share:.0%} of lmstream's processing"
+        if pd.notna(full):
+            text += f" ({int(full)} full collection{'s' if int(full) != 1 else ''})"
+    if oom:
+        text += (" and" if pd.notna(share) else "") + " its driver ran out of heap"
+    for rate in (lm.get("hi"), asap.get("lo")):
+        other = _probe_collector(capacity, query, "asap", rate)
+        if other is not None and pd.notna(other[0]):
+            where = "" if rate == lm.get("hi") else f" at {float(rate):,.0f}"
+            text += f", {other[0]:.0%} of asap's{where}"
+            break
+    return text
 
 
 def _label(row, keys: tuple) -> str:
@@ -231,10 +277,10 @@ def _capacity_goal(capacity: pd.DataFrame | None) -> tuple | None:
     measured = f"{_ratio_text(low, high)} asap's at worst, on {query} (lmstream {a['text']}, asap {b['text']})"
     met: bool | None = True
     gaps = []
-    for q, lo, hi, _, _ in rows:
+    for q, lo, hi, lm, asap in rows:
         if hi < CAPACITY_RATIO:
             met = False
-            gaps.append(f"{q}: at most {hi:.2f}×")
+            gaps.append(f"{q}: at most {hi:.2f}×" + _capacity_why(capacity, q, lm, asap))
         elif lo < CAPACITY_RATIO:
             met = None if met is not False else False
             either = _ratio_text(lo, hi) if lo > 0 or hi != float("inf") else "no bound on the ratio"
