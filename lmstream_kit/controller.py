@@ -71,6 +71,8 @@ _TIE_EPS_S = 1e-9
 
 #: parameter changes a controller keeps in memory (each is also in its batch's record, on disk)
 CHANGES_KEPT = 1000
+#: ``gc_margin``: the full-collection errors whose largest a due collection's margin takes
+GC_ERRORS_KEPT = 5
 
 
 # ---------------------------------------------------------------------------
@@ -96,7 +98,7 @@ class BatchObservation:
     Examples
     --------
     >>> BatchObservation(rows=10, nbytes=640, processing_s=0.5, max_latency_s=4.5)
-    BatchObservation(rows=10, nbytes=640, processing_s=0.5, max_latency_s=4.5, features=None)
+    BatchObservation(rows=10, nbytes=640, processing_s=0.5, max_latency_s=4.5, features=None, batch_id=None)
     """
 
     rows: int
@@ -104,6 +106,7 @@ class BatchObservation:
     processing_s: float
     max_latency_s: float
     features: Mapping[str, float] | None = None  # what the feature model saw at admission
+    batch_id: int | None = None  # Spark's batch id, which its progress (and a collection there) names
 
 
 @dataclass(frozen=True)
@@ -261,6 +264,15 @@ class AdmissionController(BatchController):
     window_period_s : float, default 0.0
         Event-time seconds between window ends (a sliding window's slide, a
         tumbling window's length; 0: no windows), for the feature model.
+    gc_margin : bool, default False
+        Keep the errors of batches in which the driver ran a *full* garbage collection (Spark's
+        progress says so, after the batch) out of the margin, and put the largest of the last
+        few back into a decision's margin only while the heap forecast
+        (:class:`~lmstream_kit.service_model.HeapForecast`) says the batch being admitted will
+        run one.  A full collection empties the old generation, so the next is minutes away, but
+        its 1-2 s error otherwise keeps the margin up (and the batches small) for the next
+        ``history`` batches; and when the next one is due the margin has room for its pause.
+        The first full collection of a run is not foreseen: no pause is known yet.
     catch_up : {"chunks", "all"}, default "chunks"
         What an admission takes once the backlog cannot meet the target in one
         batch (after a restart or a burst).  ``"all"``: everything pending, as
@@ -339,6 +351,9 @@ class AdmissionController(BatchController):
         Param("service_model", str, choices=("bytes", "features"),
               doc="predict processing time from bytes, or from bytes, windows closed, state and evictions"),
         Param("window_period_s", float, low=0, doc="event-time s between window ends (0 = no windows)"),
+        Param("gc_margin", bool,
+              doc="keep full-collection batches' errors out of the margin, and add them back only when "
+                  "the heap forecast says the batch will run a full collection"),
         Param("catch_up", str, choices=("chunks", "all"),
               doc="a backlog that cannot meet the target in one batch: in chunks that fit it, or all at once"),
     )
@@ -368,6 +383,7 @@ class AdmissionController(BatchController):
         service_model: str = "bytes",
         window_period_s: float = 0.0,
         catch_up: str = "chunks",
+        gc_margin: bool = False,
         warmup: int = 0,
     ) -> None:
         super().__init__()
@@ -394,10 +410,14 @@ class AdmissionController(BatchController):
             "service_model": service_model,
             "window_period_s": window_period_s,
             "catch_up": catch_up,
+            "gc_margin": gc_margin,
         }
         self._p: dict[str, Any] = {k: self.param(k).validate(v) for k, v in values.items()}
         self._model = ServiceTimeModel(history=self._history, prior_s=0.0)
         self._residuals: deque[float] = deque(maxlen=self._history)
+        self._residual_ids: deque[int | None] = deque(maxlen=self._history)  # their batches' ids, in step
+        self._full_gc_batches: deque[int] = deque(maxlen=2 * self._history)  # batches that ran a full collection
+        self._gc_margin: float | None = None  # the largest recent full-collection error (gc_margin)
         self._raw_margin: float | None = None  # residual quantile, None before any
         self._lat_sum = 0.0  # sum of observed max latencies (tumbling target)
         self._n_observed = 0
@@ -442,6 +462,14 @@ class AdmissionController(BatchController):
 
     def _refresh_margin(self) -> None:
         r = self._residuals
+        self._gc_margin = None
+        if r and self._p["gc_margin"] and self._full_gc_batches:
+            full = set(self._full_gc_batches)
+            marked = [i is not None and i in full for i in self._residual_ids]
+            gc = [x for x, m in zip(r, marked) if m]
+            if gc:
+                self._gc_margin = max(0.0, max(gc[-GC_ERRORS_KEPT:]))
+                r = [x for x, m in zip(r, marked) if not m]
         if not r:
             self._raw_margin = None
             return
@@ -517,6 +545,9 @@ class AdmissionController(BatchController):
                 age = max(age, 0.0)
                 features = self._features(now, pending, nbytes, oldest)
                 predicted = self._predict(nbytes, features)
+                if self._gc_margin is not None and self._gc_margin > margin \
+                        and self._heap.features(rows).get("full_gc_due"):
+                    margin = self._gc_margin  # this batch will stop for a full collection: room for it
                 learned = margin
                 cold = self._n_observed < self._p["cold_start"]
                 if cold:
@@ -595,6 +626,11 @@ class AdmissionController(BatchController):
             self._state = state
             if state.get("state_rows_removed", 0.0) > 0:
                 self._last_eviction = time.time()
+            full = progress.get("jvm_full_gc_count")
+            if batch is not None and isinstance(full, numbers.Real) and full > 0:
+                self._full_gc_batches.append(int(batch))  # its error (now or when observed) leaves the margin
+                if self._p["gc_margin"]:
+                    self._refresh_margin()
 
     def before_batch(self, ctx) -> dict | None:
         """Carry the features the batch was admitted with into its record (the feature model learns them)."""
@@ -740,6 +776,7 @@ class AdmissionController(BatchController):
                 return
             features = obs.features if self._p["service_model"] == "features" else None
             self._residuals.append(proc - self._predict(nbytes, features))
+            self._residual_ids.append(None if obs.batch_id is None else int(obs.batch_id))
             self._model.update(nbytes, proc)
             if features:
                 self._feature_model().observe({**features, "bytes": float(nbytes)}, proc)
@@ -812,7 +849,7 @@ class AdmissionController(BatchController):
         >>> c.mutate({"history": 10})
         Traceback (most recent call last):
         ...
-        lmstream_kit.exceptions.ConfigError: cannot change 'history' on a live controller; mutable parameters: catch_up, close_period_s, cold_start, initial_target_s, interval_margin, lateness_s, min_margin_s, poll_interval_s, prior_processing_s, quantile, service_model, slide_s, tumbling_target, window_period_s, window_target_s
+        lmstream_kit.exceptions.ConfigError: cannot change 'history' on a live controller; mutable parameters: catch_up, close_period_s, cold_start, gc_margin, initial_target_s, interval_margin, lateness_s, min_margin_s, poll_interval_s, prior_processing_s, quantile, service_model, slide_s, tumbling_target, window_period_s, window_target_s
         """
         if not isinstance(changes, Mapping):
             raise ConfigError(f"mutate expects a mapping of parameter -> value, got {changes!r}")
@@ -829,7 +866,7 @@ class AdmissionController(BatchController):
             if not diff:
                 return
             self._p.update(new)
-            if "quantile" in diff or "interval_margin" in diff:
+            if "quantile" in diff or "interval_margin" in diff or "gc_margin" in diff:
                 self._refresh_margin()
             self._sync_prior()
             self._n_changes += 1
@@ -847,8 +884,10 @@ class AdmissionController(BatchController):
         if record.rows <= 0:
             return None
         features = (getattr(record, "extra", None) or {}).get("service_features")
+        batch_id = getattr(record, "batch_id", None)
         self.observe(BatchObservation(rows=record.rows, nbytes=record.bytes, processing_s=record.processing_s,
-                                      max_latency_s=record.max_latency_s, features=features))
+                                      max_latency_s=record.max_latency_s, features=features,
+                                      batch_id=None if batch_id is None else int(batch_id)))
         with self._lock:
             # the heap forecast learns per admitted row (Spark's progress comes after the record)
             if getattr(record, "batch_id", None) is not None:

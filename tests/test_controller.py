@@ -534,6 +534,7 @@ def test_params_and_snapshot_json():
         "lateness_s": 0.0,
         "service_model": "bytes",
         "window_period_s": 0.0,
+        "gc_margin": False,
         "warmup": 0,
     }
     for x, t in ((100, 1.5), (200, 2.5), (300, 3.5)):
@@ -590,3 +591,66 @@ def test_warmup_observations_are_counted_but_not_learned():
 def test_warmup_must_be_a_non_negative_integer(bad):
     with pytest.raises(ConfigError, match=f"warmup must be an integer >= 0, got {bad!r}"):
         AdmissionController(slide_s=1, warmup=bad)
+
+
+# ---------------------------------------------------------------------------
+# gc_margin: a full collection's error leaves the margin until the next is due
+# ---------------------------------------------------------------------------
+
+MB = 2 ** 20
+
+
+def heap_progress(batch, rows, old_mb, *, full=0, committed_mb=600):
+    """Spark's progress of ``batch`` with the driver's heap after it: eden fills every batch, the old
+    generation holds ``old_mb`` of ``committed_mb``, ``full`` full collections ran in the batch."""
+    return {"batch_id": batch, "numInputRows": rows, "eden_used_bytes": 100 * MB, "eden_committed_bytes": 200 * MB,
+            "old_used_bytes": old_mb * MB, "old_committed_bytes": committed_mb * MB,
+            "jvm_gc_count": 1 + full, "jvm_full_gc_count": full}
+
+
+def run_batches(c, errors, old_mbs, full_at):
+    """Batches 1.. of 1,000 rows each taking 0.5 s plus ``errors[i]``; the progress follows each record."""
+    for i, (err, old) in enumerate(zip(errors, old_mbs), start=1):
+        c.observe(BatchObservation(rows=1000, nbytes=64000, processing_s=0.5 + err, max_latency_s=2.0, batch_id=i))
+        c.on_progress(heap_progress(i, 1000, old, full=int(i == full_at)))
+
+
+def test_gc_margin_keeps_a_full_collections_error_out_until_the_next_is_due():
+    # the old generation grows 50 MB a batch to 550 of 600 MB; batch 5 collects it (1.5 s over), back to 200
+    errors = [0.0, 0.1, -0.05, 0.05, 1.5, 0.0, 0.05, -0.05]
+    olds = [350, 400, 450, 500, 200, 250, 300, 350]
+    plain = AdmissionController(slide_s=5.0, cold_start=0)
+    aware = AdmissionController(slide_s=5.0, cold_start=0, gc_margin=True)
+    for c in (plain, aware):
+        run_batches(c, errors, olds, full_at=5)
+    # LMStream's margin keeps the collection's error for `history` batches: 2.0 s against the 0.525 s
+    # the model predicted from the four batches before it (every batch has the same bytes: their mean)
+    assert plain.margin_s == pytest.approx(1.475)
+    # without it: the other seven errors' bound (-0.75 against the prior, then -0.32 to 0.1)
+    assert aware.margin_s == pytest.approx(0.3653, abs=1e-4)
+    pending = [ds(0.0, rows=1000, nbytes=64000)]
+    # 350 + 50 MB a batch fits the 600 MB old generation: no full collection due, the small margin decides
+    d = aware.decide(3.0, pending)
+    assert d.margin_s == pytest.approx(aware.margin_s) and d.reason == "wait"
+    assert plain.decide(3.0, pending).reason == "admit"  # 3 + 0.5 + 1.5 > 5
+    # 580 MB of 600: the next batch collects it all, so its margin has room for the pause
+    aware.on_progress(heap_progress(9, 1000, 580))
+    d = aware.decide(3.0, pending)
+    assert d.margin_s == pytest.approx(1.475) and d.reason == "admit"
+
+
+def test_gc_margin_reads_a_progress_that_comes_before_its_batchs_record_and_can_be_switched_live():
+    c = AdmissionController(slide_s=5.0, cold_start=0, gc_margin=True)
+    for i, err in enumerate([0.0, 0.1, -0.05, 0.05], start=1):
+        c.observe(BatchObservation(rows=1000, nbytes=64000, processing_s=0.5 + err, max_latency_s=2.0, batch_id=i))
+    c.on_progress(heap_progress(5, 1000, 200, full=1))  # the progress first
+    c.observe(BatchObservation(rows=1000, nbytes=64000, processing_s=2.0, max_latency_s=3.0, batch_id=5))
+    small = c.margin_s
+    assert small == pytest.approx(0.8430, abs=1e-4)  # the bound of -0.75, 0.1, -0.1, 0.033 (batch 5's 1.475 out)
+    c.mutate({"gc_margin": False})  # live: the collection's error counts again
+    assert c.margin_s == pytest.approx(2.0487, abs=1e-4)
+    c.mutate({"gc_margin": True})
+    assert c.margin_s == pytest.approx(small)
+    # an observation without a batch id (a caller of observe) is an ordinary error
+    c.observe(BatchObservation(rows=1000, nbytes=64000, processing_s=2.0, max_latency_s=3.0))
+    assert c.margin_s == pytest.approx(1.7147, abs=1e-4)
