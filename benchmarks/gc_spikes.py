@@ -5,6 +5,8 @@
     .venv/bin/python benchmarks/gc_spikes.py --rate 2000 --collectors parallel,parallel-fixed   # -Xms = -Xmx
     .venv/bin/python benchmarks/gc_spikes.py --workload CM1S --heaps 1g --reps 1
     .venv/bin/python benchmarks/gc_spikes.py --rate 2000 --collectors parallel-fixed,g1-fixed --state-stores default,rocksdb
+    .venv/bin/python benchmarks/gc_spikes.py --rate 2000 --duration 480 --collectors parallel-fixed --gc-margins off,on \
+        --controller quantile=0.97 --controller min_margin_s=0.5       # the controller's gc_margin, side by side
 
 Issue 15 found LR1S's batches about twice as slow as usual once every 7 or so, in Spark's
 ``addBatch`` and ``queryPlanning``, and no model of the batch's bytes, windows or state predicted
@@ -18,8 +20,10 @@ Each run is a fresh process (the heap and the collector are fixed when the JVM s
 discarded warm-up, then ``--duration`` simulated seconds of the workload under ``--policy``.
 Every heap with every collector (``--collectors``: serial, parallel, the kit's since this
 script, and G1) and every state store (``--state-stores``: Spark's default HDFS-backed one, which
-keeps the state's recent versions in the heap, or RocksDB, which keeps it off the heap) runs in
-turn, order alternating, ``--reps`` times.  A batch is a *spike* where its processing time exceeds
+keeps the state's recent versions in the heap, or RocksDB, which keeps it off the heap) and every
+setting of the lmstream controller's ``gc_margin`` (``--gc-margins``: off, on; other controller
+parameters with ``--controller KEY=VALUE``, as the bench takes them) runs in turn, order
+alternating, ``--reps`` times.  A batch is a *spike* where its processing time exceeds
 ``--spike`` times the run's median.  Per run it writes:
 
 * ``batches``, ``spikes`` and the median processing time;
@@ -66,6 +70,8 @@ from lmstream_kit.engine.state import STATE_STORES  # noqa: E402
 #: two or three such full collections a minute, most of lmstream's late batches
 COLLECTORS = {"serial": "-XX:+UseSerialGC", "parallel": "-XX:+UseParallelGC", "g1": "-XX:+UseG1GC",
               "parallel-fixed": "-XX:+UseParallelGC -Xms{heap}", "g1-fixed": "-XX:+UseG1GC -Xms{heap}"}
+#: the settings of the lmstream controller's gc_margin a run may name
+GC_MARGINS = ("off", "on")
 
 
 def one_run(args) -> dict:
@@ -81,9 +87,10 @@ def one_run(args) -> dict:
     root = Path(tempfile.mkdtemp(prefix="gc-spikes-"))
     try:
         def stream(name, policy, duration):
+            controller = {**json.loads(args.controller_json), "gc_margin": args.gc_margin == "on"}
             return LiveStream(args.workload, policy=policy, traffic="constant", rate=args.rate, speedup=args.speedup,
                               seed=args.seed, duration_s=duration, run_dir=root / name, spark=spark, output="noop",
-                              state_store=args.state_store)
+                              state_store=args.state_store, controller=controller if policy == "lmstream" else None)
 
         if args.warmup > 0:
             warm = stream("warmup", "asap", args.warmup).start()
@@ -110,12 +117,13 @@ def one_run(args) -> dict:
     data = df[df["rows"] > 0]
     cols = ["batch_id", "rows", "processing_s", "max_latency_s", "bound_s", "spark_jvm_gc_ms", "spark_jvm_gc_count",
             "spark_jvm_full_gc_count", "spark_heap_used_bytes", "spark_addBatch_ms", "spark_queryPlanning_ms",
-            "spark_triggerExecution_ms"]
+            "spark_triggerExecution_ms", "predicted_s", "margin_s", "decision_reason"]
     batches = data[[c for c in cols if c in data.columns]].to_dict("records")
     return {"collections": collections, "batches": batches, "cpu_s": cpu.total_s, "rows": int(data["rows"].sum())}
 
 
-def summarize(heap: str, collector: str, rep: int, result: dict, spike: float, state_store: str = "default") -> dict:
+def summarize(heap: str, collector: str, rep: int, result: dict, spike: float, state_store: str = "default",
+              gc_margin: str = "off") -> dict:
     batches = [b for b in result["batches"] if b.get("spark_jvm_gc_ms") == b.get("spark_jvm_gc_ms")]  # not NaN
     proc = [float(b["processing_s"]) for b in batches]
     gc = [float(b["spark_jvm_gc_ms"]) / 1000 for b in batches]
@@ -130,7 +138,8 @@ def summarize(heap: str, collector: str, rep: int, result: dict, spike: float, s
     young = sum(n for name, n in result["collections"].items() if not is_full(name) and "Concurrent" not in name)
     corr = statistics.correlation(proc, gc) if len(proc) > 2 and len(set(gc)) > 1 else float("nan")
     return {
-        "heap": heap, "collector": collector, "state_store": state_store, "rep": rep, "batches": len(proc),
+        "heap": heap, "collector": collector, "state_store": state_store, "gc_margin": gc_margin, "rep": rep,
+        "batches": len(proc),
         "spikes": len(spikes),
         "median_processing_s": round(med, 3),
         "gc_ms_spike": round(1000 * statistics.fmean([g for _, g in spikes]), 1) if spikes else None,
@@ -177,6 +186,12 @@ def main(argv=None) -> int:
                     help="state stores of the workload's query, comma-separated: default (Spark's HDFS-backed, "
                          "in the heap) or rocksdb (off the heap)")
     ap.add_argument("--state-store", default="default", choices=STATE_STORES, help=argparse.SUPPRESS)
+    ap.add_argument("--gc-margins", default="off",
+                    help="the lmstream controller's gc_margin, comma-separated: off, on")
+    ap.add_argument("--gc-margin", default="off", choices=GC_MARGINS, help=argparse.SUPPRESS)
+    ap.add_argument("--controller", action="append", default=[], metavar="KEY=VALUE",
+                    help="a parameter of the lmstream controller, as bench --controller takes it (repeatable)")
+    ap.add_argument("--controller-json", default="{}", help=argparse.SUPPRESS)
     ap.add_argument("--reps", type=int, default=2)
     ap.add_argument("--spike", type=float, default=1.5, help="a spike: processing time above this times the median")
     ap.add_argument("--seed", type=int, default=0)
@@ -198,18 +213,32 @@ def main(argv=None) -> int:
     if bad:
         print(f"error: unknown state store {bad[0]!r}; known: {', '.join(STATE_STORES)}", file=sys.stderr)
         return 2
-    configs = [(h, c, st) for h in heaps for c in collectors for st in stores]
+    margins = [x.strip() for x in args.gc_margins.split(",") if x.strip()]
+    bad = [x for x in margins if x not in GC_MARGINS]
+    if bad:
+        print(f"error: unknown gc margin {bad[0]!r}; known: {', '.join(GC_MARGINS)}", file=sys.stderr)
+        return 2
+    from lmstream_kit.bench.config import check_controller_params
+    from lmstream_kit.cli import _controller_params
+    from lmstream_kit.exceptions import KitError
+
+    try:
+        controller = check_controller_params(_controller_params(args.controller))
+    except KitError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    configs = [(h, c, st, g) for h in heaps for c in collectors for st in stores for g in margins]
     runs, every = [], []
     total = args.reps * len(configs)
     for rep in range(args.reps):
-        for heap, collector, store in (configs if rep % 2 == 0 else configs[::-1]):  # in turn, order alternating
+        for heap, collector, store, margin in (configs if rep % 2 == 0 else configs[::-1]):  # in turn, alternating
             print(f"[{len(runs) + 1}/{total}] {args.workload} {args.policy} heap {heap} {collector} state {store} "
-                  f"rep {rep} ...", flush=True)
+                  f"gc_margin {margin} rep {rep} ...", flush=True)
             started = time.time()
             cmd = [sys.executable, __file__, "--one", heap, "--collector", collector, "--workload", args.workload,
                    "--policy", args.policy, "--rate", str(args.rate), "--speedup", str(args.speedup),
                    "--duration", str(args.duration), "--warmup", str(args.warmup), "--seed", str(args.seed),
-                   "--state-store", store]
+                   "--state-store", store, "--gc-margin", margin, "--controller-json", json.dumps(controller)]
             proc = subprocess.run(cmd, capture_output=True, text=True)
             line = next((x for x in proc.stdout.splitlines() if x.startswith("RESULT ")), None)
             if proc.returncode != 0 or line is None:
@@ -217,10 +246,10 @@ def main(argv=None) -> int:
                 print(f"error: the run with heap {heap} failed (exit {proc.returncode})", file=sys.stderr)
                 return 1
             result = json.loads(line[len("RESULT "):])
-            row = summarize(heap, collector, rep, result, args.spike, store)
+            row = summarize(heap, collector, rep, result, args.spike, store, margin)
             row["wall_s"] = round(time.time() - started, 1)
             runs.append(row)
-            every += [{"heap": heap, "collector": collector, "state_store": store, "rep": rep, **b}
+            every += [{"heap": heap, "collector": collector, "state_store": store, "gc_margin": margin, "rep": rep, **b}
                       for b in result["batches"]]
             print(f"    {row['batches']} batches, {row['spikes']} spikes (median {row['median_processing_s']} s): "
                   f"GC {row['gc_ms_spike']} ms in spikes vs {row['gc_ms_other']} ms in others, "
@@ -228,7 +257,8 @@ def main(argv=None) -> int:
                   f"corr {row['corr']}, young {row['young_gcs']} / full {row['full_gcs']} collections, "
                   f"{row['within_bound']} within the bound, {row['cpu_s_per_mrows']} CPU s per million rows", flush=True)
     meta = {"workload": args.workload, "policy": args.policy, "rate": args.rate, "speedup": args.speedup,
-            "duration_s": args.duration, "spike": args.spike, "reps": args.reps, "warmup_s": args.warmup}
+            "duration_s": args.duration, "spike": args.spike, "reps": args.reps, "warmup_s": args.warmup,
+            "controller": controller}
     path = write_run_results(args.out, "gc-spikes", meta, runs)
     batches_path = path.with_name(path.stem + "-batches.csv")
     import csv

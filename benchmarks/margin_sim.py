@@ -2,6 +2,9 @@
 
     nice -n 19 .venv/bin/python benchmarks/margin_sim.py                # 50 seeds, + a long-run table
     nice -n 19 .venv/bin/python benchmarks/margin_sim.py --seeds 10 --long-duration 0   # quick look
+    nice -n 19 .venv/bin/python benchmarks/margin_sim.py --runs benchmarks/results/paper-2026-11-28/runs \
+        --measured-params quantile=0.97 --measured-params min_margin_s=0.5 --measured-params cold_start=0 \
+        --only "q0.97 + min_margin" --only current            # calibrated on a stored sweep's LR1S cells
 
 The measured LR1S cells kept 97.6% (constant) and 94.3% (random) of their batches within the 2.5 s
 bound at 1000 rows/s, and 89.2% at 2000 rows/s.  The misses are batches in which the driver JVM ran a
@@ -40,6 +43,17 @@ runs.  The model (fitted at start, printed and written with the results):
   where :class:`~lmstream_kit.service_model.HeapForecast` learns it) and observes the batch with the
   features its admission saw; the background fit is waited for after each batch (deterministic).
   ``numInputRows`` is twice a batch's rows, as LR1S's self-join reads its source twice in the runs.
+
+``--runs DIR`` calibrates on another bench's LR1S runs (a stored sweep's ``runs/``, whose cells
+keep their journals): a scenario's run is looked up by its name there where ``bench/`` lacks it,
+and ``--measured-params`` gives the controller parameters those runs ran with (the calibration
+replays them); a run that is in neither place is left out, and a rule that resumes from one is
+skipped.  ``--only TEXT`` keeps the rules whose name holds TEXT (repeatable; the first rule kept is
+the one the others are compared with).
+
+The controller is driven in a stream's order: the batch's record first (``after_batch``, with its
+batch id, which tells the heap forecast the batch's dataset rows), then Spark's progress with the
+heap after it (``on_progress``).
 
 Rules marked [extra] use an existing parameter outside the brief's list (``min_margin_s``) or replay
 a measured run's records first (``on_resume``); [diagnostic] is no parameter at all (HeapForecast
@@ -140,6 +154,10 @@ RULES = (
          note="not a parameter: before its first batch the controller replays the records of a measured run "
               "at the scenario's rate (AdmissionController.on_resume, what a restarted stream does), so its "
               "residual history starts with that run's full collections"),
+    Rule("[new] q0.97 + min_margin 0.5 s + gc_margin", {"quantile": 0.97, "min_margin_s": 0.5, "gc_margin": True},
+         note="the bench's margin rule with gc_margin: full collections' errors out of the margin until the heap "
+              "forecast says the next is due"),
+    Rule("[new] gc_margin", {"gc_margin": True}, note="the current rule with gc_margin"),
     Rule("[diagnostic] features, heap fed dataset rows", {"service_model": "features"},
          note="not a parameter: HeapForecast told numInputRows = dataset rows (what a unit fix would give)",
          input_rows_per_row=1.0),
@@ -419,16 +437,25 @@ class HeapFedController:
     def __init__(self, controller: AdmissionController, service: ServiceTime) -> None:
         self.c = controller
         self.service = service
+        self.batch_id = 0
 
     def decide(self, now, pending):
         self.service.now = now  # the admitting decision's time is the batch's admission
         return self.c.decide(now, pending)
 
     def observe(self, obs: BatchObservation) -> None:
+        from types import SimpleNamespace
+
         dec = self.c.last_decision
         features = dict(dec.features) if dec is not None and dec.features else None
-        self.c.on_progress(self.service.gc.progress())
-        self.c.observe(dataclasses.replace(obs, features=features))
+        self.batch_id += 1
+        # as a stream: the batch's record (the run loop's hook), then Spark's progress, which comes after it
+        self.c.after_batch(SimpleNamespace(
+            rows=obs.rows, bytes=obs.nbytes, processing_s=obs.processing_s, max_latency_s=obs.max_latency_s,
+            extra={"service_features": features} if features else {}, batch_id=self.batch_id,
+            decision_reason=dec.reason if dec is not None else None, admitted_at=0.0,
+            completed_at=obs.processing_s))
+        self.c.on_progress({**self.service.gc.progress(), "batch_id": self.batch_id})
         fm = self.c.feature_model
         if fm is not None:
             fm.wait(timeout=30)
@@ -477,7 +504,11 @@ def load_run(path: Path) -> MeasuredRun | None:
     if not len(df):
         return None
     full = classify_full(df["spark_jvm_gc_ms"], df.get("spark_jvm_full_gc_count"))
-    return MeasuredRun(str(path.relative_to(ROOT / "bench")), path, info, df, full,
+    try:
+        name = str(path.relative_to(ROOT / "bench"))
+    except ValueError:  # a run of --runs
+        name = path.name
+    return MeasuredRun(name, path, info, df, full,
                        np.nan_to_num(np.asarray(df["spark_jvm_gc_ms"], dtype=float)), heap_df)
 
 
@@ -491,9 +522,9 @@ def in_group(rate: float, group: str) -> bool:
     return low <= rate <= high
 
 
-def load_all() -> list[MeasuredRun]:
+def load_all(roots: Sequence[Path] = (PAPER, FEATURES_BENCH)) -> list[MeasuredRun]:
     runs = []
-    for root in (PAPER, FEATURES_BENCH):
+    for root in roots:
         for path in sorted(root.glob("*LR1S*")):
             if path.name.startswith("warmup"):
                 continue
@@ -550,6 +581,10 @@ def calibrate(runs: list[MeasuredRun]) -> dict:
         alpha, beta = fit_line([x for x, _ in alloc], [y for _, y in alloc])
         alloc_res = [y - (alpha + beta * x) for x, y in alloc]
         after_full = tuple(f for s in samples for f in s["after_full"])
+        if not after_full or not fullp:  # no full collection to fit the group's heap on: its scenarios are left out
+            group_info[g] = {"rates": list(rates), "lmstream_runs": [r.name for r in glm],
+                             "left_out": "no full collection in its lmstream runs' progress"}
+            continue
         promoted = [p for s in samples for p in s["promoted_per_row"]]
         rows_per_full = float(sum(r.df["rows"].sum() for r in glm) / max(1, sum(int(r.full.sum()) for r in glm)))
         scale = promotion_scale(after_full, promoted, rows_per_full)
@@ -759,7 +794,7 @@ def rules_lines(table: dict, scenario_names: Sequence[str]) -> list[str]:
     lines = []
     for sc in scenario_names:
         rows = table[sc]
-        cur = rows[RULES[0].name]
+        cur = rows[next(iter(rows))]  # the first rule kept is the one the others are compared with
         lines += [f"#### {sc} ({LABEL})", "",
                   ("| rule | within bound, mean [90%] | runs >= 95% | batches, mean [90%] | rows/batch "
                    "| rel. batches | rel. rows/batch | mean latency s | mean max latency s | margin s "
@@ -787,21 +822,22 @@ def verdict(table: dict, scenario_names: Sequence[str]) -> list[str]:
     (fewest batches against the current rule's) first."""
     out = []
     for sc in scenario_names:
-        cur = table[sc][RULES[0].name]["batches"]["mean"]
+        cur = table[sc][next(iter(table[sc]))]["batches"]["mean"]
         hits = sorted((agg["batches"]["mean"] / cur, name, agg["within"]["mean"]) for name, agg in table[sc].items()
                       if agg["within"]["mean"] >= 0.95 and not name.startswith("[diagnostic]"))
         out.append(f"- {sc}: " + ("; ".join(f"{n} ({w:.3f}, batches x{c:.2f})" for c, n, w in hits) if hits
                                    else "none"))
     out += ["", "In every scenario:", ""]
     ok = []
-    for rule in RULES:
-        if rule.name.startswith("[diagnostic]"):
+    first = next(iter(table[scenario_names[0]]))
+    for name in table[scenario_names[0]]:
+        if name.startswith("[diagnostic]") or not all(name in table[sc] for sc in scenario_names):
             continue
-        shares = [table[sc][rule.name]["within"]["mean"] for sc in scenario_names]
+        shares = [table[sc][name]["within"]["mean"] for sc in scenario_names]
         if min(shares) >= 0.95:
-            cost = np.mean([table[sc][rule.name]["batches"]["mean"] / table[sc][RULES[0].name]["batches"]["mean"]
+            cost = np.mean([table[sc][name]["batches"]["mean"] / table[sc][first]["batches"]["mean"]
                             for sc in scenario_names])
-            ok.append((cost, rule.name, shares))
+            ok.append((cost, name, shares))
     if not ok:
         out.append("No rule reaches a mean within-bound share of 95% in every scenario.")
     for cost, name, shares in sorted(ok):
@@ -830,11 +866,28 @@ def main(argv: Sequence[str] | None = None) -> int:
                     help="trace seconds of the long-run table (0: skip it; default 600 = 300 wall s)")
     ap.add_argument("--long-seeds", type=int, default=10, help="seeds of the long-run table (default 10)")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
+    ap.add_argument("--runs", type=Path, default=None,
+                    help="calibrate on the LR1S runs in this directory (a stored bench's runs/) instead of bench/")
+    ap.add_argument("--measured-params", action="append", default=[], metavar="KEY=VALUE",
+                    help="controller parameters the measured runs ran with (repeatable; the calibration replays them)")
+    ap.add_argument("--only", action="append", default=[], metavar="TEXT",
+                    help="keep the rules whose name holds TEXT (repeatable)")
     args = ap.parse_args(argv)
+    from lmstream_kit.cli import _controller_params
+
+    measured_params = _controller_params(args.measured_params)
+    rules = [r for r in RULES if not args.only or any(t in r.name for t in args.only)]
+    if not rules:
+        print(f"error: no rule's name holds {args.only!r}", file=sys.stderr)
+        return 2
     started = time.time()
     t0 = time.perf_counter()
 
-    runs = load_all()
+    runs = load_all((args.runs,)) if args.runs is not None else load_all()
+    if not runs:
+        print(f"error: no LR1S run at 1000 or 2000 rows/s with Spark's collections in {args.runs or PAPER}",
+              file=sys.stderr)
+        return 2
     cal = calibrate(runs)
     service, heaps, info = cal["service"], cal["heaps"], cal["info"]
     bpr = info["bytes_per_row"]
@@ -842,14 +895,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     for path in (p for sc in SCENARIOS for p in (*sc.measured, *sc.measured_features)):
         if path not in by_name:
             run = load_run(ROOT / "bench" / path)
+            if run is None and args.runs is not None:
+                run = load_run(args.runs / Path(path).name)
             if run is not None:
                 by_name[path] = run
 
     # calibration: every measured run against the simulated rule it ran, on its own arrivals
     cal_rows = []
-    for si, sc in enumerate(SCENARIOS):
+    scenarios = [sc for sc in SCENARIOS if sc.group in heaps]
+    for sc in SCENARIOS:
+        if sc.group not in heaps:
+            print(f"note: scenario {sc.name!r} left out: {info['groups'][sc.group]['left_out']}", file=sys.stderr)
+    if not scenarios:
+        print("error: no rate group has a full collection to calibrate on", file=sys.stderr)
+        return 2
+    for si, sc in enumerate(scenarios):
         features_rule = next(r for r in RULES if r.name == "features q0.95")
-        for path, rule in [(p, RULES[0]) for p in sc.measured] + [(p, features_rule) for p in sc.measured_features]:
+        as_run = dataclasses.replace(RULES[0], name="as the runs ran" if measured_params else RULES[0].name,
+                                     params={**RULES[0].params, **measured_params})
+        for path, rule in [(p, as_run) for p in sc.measured] + [(p, features_rule) for p in sc.measured_features]:
             run = by_name.get(path)
             if run is None:
                 continue
@@ -865,14 +929,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     from lmstream_kit.metrics import read_jsonl
 
     # what the resumed rule replays: the scenario's last listed measured run (a run before this one)
-    resume_from = {sc.name: sc.measured[-1] for sc in SCENARIOS}
-    resume_records = {name: read_jsonl(ROOT / "bench" / path / "metrics.jsonl") for name, path in resume_from.items()}
+    resume_from = {sc.name: sc.measured[-1] for sc in scenarios}
+    resume_records = {name: read_jsonl(by_name[path].path / "metrics.jsonl") if path in by_name else None
+                      for name, path in resume_from.items()}
 
     def table_for(duration: int, seeds: int) -> dict:
         table = {}
-        for si, sc in enumerate(SCENARIOS):
+        for si, sc in enumerate(scenarios):
             table[sc.name] = {}
-            for rule in RULES:
+            for rule in rules:
+                if rule.resume and not resume_records[sc.name]:
+                    continue  # the run it resumes from is not here
                 sims = [simulate_run(rule, heaps[sc.group], service, arrivals_for(sc, seed, bpr, duration), seed, si,
                                      resume_records[sc.name]) for seed in range(seeds)]
                 table[sc.name][rule.name] = aggregate(sims)
@@ -883,7 +950,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     long_table = table_for(args.long_duration, args.long_seeds) if args.long_duration > 0 else None
     wall = time.perf_counter() - t0
 
-    names = [sc.name for sc in SCENARIOS]
+    names = [sc.name for sc in scenarios]
     stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(started))
     out_dir = args.out / f"margin-sim-{stamp}"
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -896,8 +963,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         "long_duration_trace_s": args.long_duration, "long_seeds": args.long_seeds,
         "controller_base_params": BASE_PARAMS,
         "rules": [{"name": r.name, "params": r.params, "note": r.note, "input_rows_per_row": r.input_rows_per_row,
-                   "resume": r.resume} for r in RULES],
-        "scenarios": [dataclasses.asdict(sc) for sc in SCENARIOS], "resume_from": resume_from,
+                   "resume": r.resume} for r in rules],
+        "runs_dir": None if args.runs is None else str(args.runs), "measured_params": measured_params,
+        "scenarios": [dataclasses.asdict(sc) for sc in scenarios], "resume_from": resume_from,
     }
     result = {"meta": meta, "calibration": {"fit": info, "table": cal_rows},
               "rules": {"label": LABEL, "duration_trace_s": DURATION_S, "table": table},
@@ -928,6 +996,9 @@ def main(argv: Sequence[str] | None = None) -> int:
           (f"- full collection where a run lacks the count: >= {FULL_GC_MS:.0f} ms (on runs with the count, the "
            f"threshold agrees on {info['threshold_agrees']['batches']} of {info['threshold_agrees']['of']} batches)")]
     for g, gi in info["groups"].items():
+        if "left_out" in gi:
+            md.append(f"- {g} rows/s: left out ({gi['left_out']}; runs: {', '.join(gi['lmstream_runs']) or 'none'})")
+            continue
         md.append(
             f"- {g} rows/s: eden takes {gi['alloc_alpha_mb']:.0f} MB "
             f"+ {gi['alloc_beta_mb_per_row'] * 1024:.1f} KB/row a batch (sd {gi['alloc_resid_sd_mb']:.0f} MB); eden "
@@ -963,7 +1034,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "is a true quantile again."), ""]
         md += rules_lines(long_table, names)
         md += ["### Rules with a mean >= 95% within bound (long runs), cheapest first", ""] + verdict(long_table, names)
-    md += ["", "## Notes", ""] + [f"- {r.name}: {r.note}" for r in RULES if r.note]
+    md += ["", "## Notes", ""] + [f"- {r.name}: {r.note}" for r in rules if r.note]
     md += ["- the resumed rule replays: " + ", ".join(f"{k}: {v}" for k, v in resume_from.items()),
            "", "## Caveats", "",
            ("- Simulated, not measured: a model fitted on 7 lmstream runs of 60 s (1-3 full collections each) "
