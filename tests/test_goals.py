@@ -139,13 +139,21 @@ def test_a_cpu_gap_the_bound_leaves_no_room_to_close_says_so():
     assert cpu["gap"] == ("LR1S at 50,000 rows/s: 0.85× (1.21× the goal), where its 2.5 s bound allows about "
                           "0.82× asap's processing per row at best (batches cost 0.3 s + 6 µs a row: at most "
                           "137,500 rows within the bound, asap's 75,000)")
-    # a bound of 10 s leaves room for batches of 625,000 rows (0.65x): the goal is the controller's to meet
-    roomy = goals(near, None, trigger_s=10.0, batches=b.assign(bound_s=10.0)).set_index("goal").loc["cpu"]
-    assert roomy["gap"] == "LR1S at 50,000 rows/s: 0.85× (1.21× the goal)"
+    # a bound of 10 s leaves room for batches of 606,250 rows (0.65x): lmstream's were smaller, by its margin
+    roomy = goals(near, None, trigger_s=10.0, batches=b.assign(bound_s=10.0, margin_s=0.75)).set_index("goal")
+    assert roomy.loc["cpu", "gap"] == ("LR1S at 50,000 rows/s: 0.85× (1.21× the goal), where its 10 s bound allows "
+                                       "about 0.65× (batches of up to 606,250 rows; lmstream's held 129,000 on "
+                                       "average, with a margin of 0.75 s on average)")
+    # batches as large as the bound allows: nothing to add
+    big = cost_batches("LR1S", "capacity", 50000.0, 10.0, a=0.3, b=6e-6, lm_rows=[610000, 620000, 650000],
+                       asap_rows=[70000, 75000, 80000])
+    full = big
+    plain = "LR1S at 50,000 rows/s: 0.85× (1.21× the goal)"
+    assert goals(near, None, trigger_s=10.0, batches=full).set_index("goal").loc["cpu", "gap"] == plain
     # without the batches, or without asap's, nothing is said
-    assert goals(near, None, trigger_s=10.0).set_index("goal").loc["cpu", "gap"] == roomy["gap"]
+    assert goals(near, None, trigger_s=10.0).set_index("goal").loc["cpu", "gap"] == plain
     only_lm = b[b["policy"] == "lmstream"]
-    assert goals(near, None, trigger_s=10.0, batches=only_lm).set_index("goal").loc["cpu", "gap"] == roomy["gap"]
+    assert goals(near, None, trigger_s=10.0, batches=only_lm).set_index("goal").loc["cpu", "gap"] == plain
 
 
 def test_the_gaps_say_what_the_drivers_collector_took_where_lmstream_fell_short():

@@ -156,6 +156,7 @@ def batch_rows(metrics, *, workload, policy: str, traffic: str, rep: int, speedu
                 "buffering_s": float(r.buffering_s),
                 "processing_s": float(r.processing_s),
                 "predicted_s": _float(getattr(r, "predicted_s", None)),  # the controller's (NaN: none)
+                "margin_s": _float(getattr(r, "margin_s", None)),  # the margin it admitted the batch with
                 "bound_s": bound,
             }
         )

@@ -183,8 +183,9 @@ def bound_floor(batches: pd.DataFrame | None, query: str, load: str, speedup: fl
     ``a / n_max + b`` (an estimate: the fit's line, not each batch's time).  asap's batches held
     ``n_asap`` rows on average, at ``a / n_asap + b``.
 
-    Returns ``{"floor": ratio, "a_s", "b_s", "n_max", "n_asap", "bound_s"}``, or None where the
-    batches do not tell (one policy missing, fewer than 3 batches, no fixed cost or per-row cost to
+    Returns ``{"floor": ratio, "a_s", "b_s", "n_max", "n_asap", "n_lmstream", "margin_s", "bound_s"}``
+    (``n_lmstream``: lmstream's mean rows a batch; ``margin_s``: its mean margin, NaN where the
+    batches do not carry it), or None where the batches do not tell (one policy missing, fewer than 3 batches, no fixed cost or per-row cost to
     fit, or a bound the fixed cost alone overruns).
 
     >>> rows = [1e4, 2e4, 4e4, 8e4]
@@ -219,9 +220,12 @@ def bound_floor(batches: pd.DataFrame | None, query: str, load: str, speedup: fl
         return None
     n_max = (bound - a) / (1.0 / rate + b)
     n_asap = float(cell.loc[cell["policy"] == "asap", "rows"].mean())
+    lm = cell[cell["policy"] == "lmstream"]
+    margin = (float(pd.to_numeric(lm["margin_s"], errors="coerce").mean()) if "margin_s" in lm.columns
+              else float("nan"))
     floor = (a / n_max + b) / (a / n_asap + b)
     return {"floor": float(floor), "a_s": float(a), "b_s": float(b), "n_max": float(n_max),
-            "n_asap": n_asap, "bound_s": bound}
+            "n_asap": n_asap, "n_lmstream": float(lm["rows"].mean()), "margin_s": margin, "bound_s": bound}
 
 
 def _floor_note(batches: pd.DataFrame | None, results: pd.DataFrame | None) -> Callable[[Mapping], str]:
@@ -235,8 +239,16 @@ def _floor_note(batches: pd.DataFrame | None, results: pd.DataFrame | None) -> C
             cells = cells[cells["load"] == row["load"]]
         speedup = pd.to_numeric(cells["speedup"], errors="coerce").median() if not cells.empty else float("nan")
         found = bound_floor(batches, row["name"], row["load"], float(speedup)) if speedup > 0 else None
-        if found is None or found["floor"] <= CPU_RATIO:
+        if found is None:
             return ""
+        if found["floor"] <= CPU_RATIO:
+            if not found["n_lmstream"] < found["n_max"]:
+                return ""
+            margin = (f", with a margin of {found['margin_s']:.2f} s on average" if pd.notna(found["margin_s"])
+                      else "")
+            return (f"where its {found['bound_s']:.3g} s bound allows about {found['floor']:.2f}× (batches of "
+                    f"up to {found['n_max']:,.0f} rows; lmstream's held {found['n_lmstream']:,.0f} on "
+                    f"average{margin})")
         return (f"where its {found['bound_s']:.3g} s bound allows about {found['floor']:.2f}× asap's "
                 f"processing per row at best (batches cost {found['a_s']:.3g} s + {found['b_s'] * 1e6:.3g} µs a row: "
                 f"at most {found['n_max']:,.0f} rows within the bound, asap's {found['n_asap']:,.0f})")
