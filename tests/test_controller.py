@@ -535,6 +535,7 @@ def test_params_and_snapshot_json():
         "service_model": "bytes",
         "window_period_s": 0.0,
         "gc_margin": False,
+        "heap_admit": False,
         "warmup": 0,
     }
     for x, t in ((100, 1.5), (200, 2.5), (300, 3.5)):
@@ -654,3 +655,22 @@ def test_gc_margin_reads_a_progress_that_comes_before_its_batchs_record_and_can_
     # an observation without a batch id (a caller of observe) is an ordinary error
     c.observe(BatchObservation(rows=1000, nbytes=64000, processing_s=2.0, max_latency_s=3.0))
     assert c.margin_s == pytest.approx(1.7147, abs=1e-4)
+
+
+def test_heap_admit_admits_at_once_where_the_pending_batch_overflows_the_old_generation():
+    plain = AdmissionController(slide_s=5.0, cold_start=0)
+    heap = AdmissionController(slide_s=5.0, cold_start=0, heap_admit=True)
+    for c in (plain, heap):
+        for i in range(1, 5):  # 1,000-row batches of 0.5 s; the old generation grows 50 MB each
+            c.observe(BatchObservation(rows=1000, nbytes=64000, processing_s=0.5, max_latency_s=2.0, batch_id=i))
+            c.on_progress(heap_progress(i, 1000, 300 + 50 * i))
+    pending = [ds(0.0, rows=1000, nbytes=64000)]
+    # 500 MB of 600 with 50 MB more a 1,000 rows: room for this batch, so both wait for more data
+    assert [c.decide(1.0, pending).reason for c in (plain, heap)] == ["wait", "wait"]
+    # three times the rows would promote 150 MB: over the committed 600 MB
+    big = [ds(0.0, rows=1000, nbytes=64000) for _ in range(3)]
+    assert [c.decide(1.0, big).reason for c in (plain, heap)] == ["wait", "heap"]
+    d = heap.decide(1.0, big)
+    assert d.admit and d.take is None and d.rows == 3000
+    heap.mutate({"heap_admit": False})
+    assert heap.decide(1.0, big).reason == "wait"
