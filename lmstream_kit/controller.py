@@ -560,8 +560,12 @@ class AdmissionController(BatchController):
                 age = max(age, 0.0)
                 features = self._features(now, pending, nbytes, oldest)
                 predicted = self._predict(nbytes, features)
-                if self._gc_margin is not None and self._gc_margin > margin \
-                        and self._heap.features(rows).get("full_gc_due"):
+                gc_room = self._gc_margin is not None and self._gc_margin > margin
+                # the heap forecast for this batch, asked once (the feature model's features hold it already)
+                full_gc_due = (gc_room or self._p["heap_admit"]) and bool(
+                    features["full_gc_due"] if features and "full_gc_due" in features
+                    else self._heap.features(rows).get("full_gc_due"))
+                if gc_room and full_gc_due:
                     margin = self._gc_margin  # this batch will stop for a full collection: room for it
                 learned = margin
                 cold = self._n_observed < self._p["cold_start"]
@@ -579,7 +583,7 @@ class AdmissionController(BatchController):
                     # Spark emits a window in the batch after the one whose data closed it (the kit
                     # runs no no-data batches): that next batch goes at once, with what is pending
                     admit, reason = True, "emit"
-                elif self._p["heap_admit"] and self._heap.features(rows).get("full_gc_due"):
+                elif self._p["heap_admit"] and full_gc_due:
                     # the old generation fills with this batch already: a larger one only holds more
                     # when the full collection comes
                     admit, reason = True, "heap"
