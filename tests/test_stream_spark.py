@@ -481,12 +481,16 @@ def test_a_backlog_is_caught_up_in_chunks_that_tile_the_spool_exactly_once(spark
     assert sorted_rows(output_table(run)) == sorted_rows(spool_table(run)), "every row once"
 
 
-@pytest.mark.parametrize("target", ["window", "paper"])
+# the "window" reason needs the closing data to arrive while the estimate is under the target: a
+# batch slowed past it by a starved core admits that data as "admit" (the niced 4.3 CI line did)
+@pytest.mark.parametrize("target", [pytest.param("window", marks=pytest.mark.timing), "paper"])
 def test_result_latency_names_the_batches_that_emit_each_window(spark, tmp_path, target):
     """CM1T (60 s tumbling windows, 5 s lateness) emits a window when the watermark passes its end:
     each batch's record says how many windows it emitted, and they are the windows in its output."""
     run = tmp_path / f"cm1t-{target}"
-    s = LiveStream("CM1T", policy="lmstream", traffic="constant", rate=50, speedup=20, duration_s=200,
+    # 10x compressed time: the window target is 6 s of wall time, room for a slow (niced, shared) CI
+    # core to finish a batch and still see the closing data arrive while the estimate is under it
+    s = LiveStream("CM1T", policy="lmstream", traffic="constant", rate=50, speedup=10, duration_s=200,
                    run_dir=run, spark=spark, output="parquet", controller={"tumbling_target": target})
     s.start()
     try:
@@ -508,7 +512,8 @@ def test_result_latency_names_the_batches_that_emit_each_window(spark, tmp_path,
         assert r["result_latency_s"] > 0
     assert sum(r.get("windows_closed", 0) for r in records.values()) == sum(map(len, emitted.values()))
     if target == "window":  # the data that closes a window is admitted at once
-        assert "window" in {r["decision_reason"] for r in s.records}
+        reasons = [r["decision_reason"] for r in s.records]
+        assert "window" in reasons, reasons
 
 
 def test_a_stop_that_interrupts_a_running_batch_logs_no_traceback(spark, tmp_path, caplog):

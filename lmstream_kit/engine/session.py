@@ -41,6 +41,10 @@ DEFAULT_CONF: dict[str, str] = {
     # one-admission-one-batch accounting (state still expires with the next batch).
     "spark.sql.streaming.noDataMicroBatches.enabled": "false",
     "spark.executor.extraJavaOptions": "-Xss16m",
+    # A Python worker (the kit's source runner among them) gives up its socket to the JVM after this
+    # time (Spark's default 15 s): on a 2-core VM with both cores busy elsewhere and the stream niced,
+    # source runners timed out there.  (The JVM's own wait for a new worker, 10 s, is not a setting.)
+    "spark.python.authenticate.socketTimeout": "60s",
 }
 
 #: JVM options of the driver, always added in front of the caller's
