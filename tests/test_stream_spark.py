@@ -553,3 +553,49 @@ def test_a_stop_that_interrupts_a_running_batch_logs_no_traceback(spark, tmp_pat
         assert interrupted_traceback(lambda q: stop_query(q, is_idle=lambda: False, timeout_s=0.5)) == []
     finally:
         spark.sparkContext.cancelAllJobs()  # no endless sum outlives the test
+
+
+_STOP_SCRIPT = """
+import sys, threading, time
+from lmstream_kit.engine.session import build_session
+from lmstream_kit.engine.stream import stop_query
+
+spark = build_session(conf={"spark.sql.shuffle.partitions": "2"})
+running = threading.Event()
+
+def slow(df, batch_id):  # a Spark action that takes minutes
+    running.set()
+    df.sparkSession.range(0, 10**13, numPartitions=2).write.format("noop").mode("overwrite").save()
+
+def interrupted(name, stop):
+    running.clear()
+    q = (spark.readStream.format("rate").option("rowsPerSecond", 1).load().writeStream.queryName(name)
+         .foreachBatch(slow).option("checkpointLocation", sys.argv[1] + "/" + name).start())
+    assert running.wait(60)
+    time.sleep(1.0)  # the action's job runs
+    stop(q)
+    time.sleep(3.0)  # the killed tasks' logs
+    print("level after the stop:", spark.sparkContext._jvm.org.apache.logging.log4j.LogManager.getRootLogger().getLevel(), flush=True)
+    sys.stderr.write("=== " + name + " stopped\\n"); sys.stderr.flush()
+
+interrupted("plain", lambda q: q.stop())
+interrupted("kit", lambda q: stop_query(q, is_idle=lambda: False, timeout_s=0.5))
+spark.stop()
+"""
+
+
+def test_the_kits_stop_of_a_running_batch_leaves_the_jvms_log_quiet_and_its_level_as_it_was(tmp_path):
+    """The JVM logs a killed batch's tasks, its write's abort and the query's end as errors with
+    stack traces (600 lines for one Ctrl-C of a bench): the kit's stop turns its log off until the
+    query's jobs have ended, then back to what it was."""
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-c", _STOP_SCRIPT, str(tmp_path)], capture_output=True, text=True,
+                          timeout=300, cwd=Path(__file__).resolve().parents[1])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    plain, _, rest = proc.stderr.partition("=== plain stopped")
+    kit, _, _ = rest.partition("=== kit stopped")
+    assert "ERROR" in plain  # Spark's own stop: the write's abort, as errors
+    assert "ERROR" not in kit and "Exception" not in kit, kit[-3000:]
+    assert proc.stdout.splitlines() == ["level after the stop: ERROR"] * 2

@@ -13,6 +13,7 @@ import logging
 import os
 import re
 import sys
+import time
 from pathlib import Path
 from contextlib import contextmanager
 from typing import Callable, Mapping, Optional, Sequence
@@ -282,6 +283,42 @@ def interrupting():
         yield
     finally:
         _INTERRUPTING.pop()
+
+
+@contextlib.contextmanager
+def jvm_logs_off(query, *, settle_s: float = 10.0):
+    """While the kit stops its own ``query``: the driver JVM logs nothing, until the jobs of the
+    query's run have ended (at most ``settle_s`` after the stop), and then logs as before.
+
+    A stop that interrupts a batch makes Spark log each killed task, its write's abort and the
+    query's own end as errors with stack traces: 600 lines on the terminal for one Ctrl-C of a bench
+    at a capacity probe.  The stop is on purpose and the batch runs again on restart.  (The JVM's log
+    level is its own: another stream of the same session logs nothing during those seconds either.)
+    """
+    from pyspark import SparkContext
+
+    sc = SparkContext._active_spark_context
+    try:
+        jvm = sc._jvm
+        level = str(jvm.org.apache.logging.log4j.LogManager.getRootLogger().getLevel())
+        run_id = str(query.runId)
+        sc._jsc.setLogLevel("OFF")
+    except Exception:  # noqa: BLE001 - no context, or its JVM is gone: nothing to quiet
+        yield
+        return
+    try:
+        yield
+    finally:
+        try:
+            tracker = sc._jsc.statusTracker()
+            deadline = time.monotonic() + settle_s
+            while time.monotonic() < deadline and any(
+                    (info := tracker.getJobInfo(job)) is not None and str(info.status()) == "RUNNING"
+                    for job in tracker.getJobIdsForGroup(run_id)):
+                time.sleep(0.05)
+            sc._jsc.setLogLevel(level)
+        except Exception:  # noqa: BLE001 - the JVM went away meanwhile
+            pass
 
 
 def _lost_connection(error: BaseException) -> bool:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import time
@@ -133,22 +132,21 @@ def stop_query(query, *, is_idle: Callable[[], bool], timeout_s: float = 60.0) -
     (admission closed and no foreachBatch running) and Spark reports no active
     trigger, and only then stop.
     """
-    from .session import interrupting
+    from .session import interrupting, jvm_logs_off
 
     deadline = time.monotonic() + timeout_s
-    idle = False
     while time.monotonic() < deadline:
         try:
             active = query.isActive and query.status.get("isTriggerActive", False)
         except Exception:
             active = False
         if is_idle() and not active:
-            idle = True
             break
         time.sleep(0.02)
     # a batch still running after the wait is interrupted on purpose: Spark runs it again on
-    # restart, and py4j's traceback of its InterruptedException says nothing more
-    with contextlib.nullcontext() if idle else interrupting():
+    # restart, and py4j's traceback of its InterruptedException says nothing more; nor do the JVM's
+    # errors for its killed tasks (also where a batch started between the wait and the stop)
+    with interrupting(), jvm_logs_off(query):
         try:
             query.stop()
         except Exception:
