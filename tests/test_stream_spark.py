@@ -599,3 +599,40 @@ def test_the_kits_stop_of_a_running_batch_leaves_the_jvms_log_quiet_and_its_leve
     assert "ERROR" in plain  # Spark's own stop: the write's abort, as errors
     assert "ERROR" not in kit and "Exception" not in kit, kit[-3000:]
     assert proc.stdout.splitlines() == ["level after the stop: ERROR"] * 2
+
+
+def test_state_stores_leave_the_heap_when_no_query_runs_and_a_restart_reads_its_state_back(spark, tmp_path):
+    """release_state_stores unloads only once no streaming query runs; a query started again from its
+    checkpoint after that goes on with its state (the counts continue, none starts over)."""
+    import json
+
+    from pyspark.sql import functions as F
+
+    from lmstream_kit.engine.state import release_state_stores
+
+    (tmp_path / "in").mkdir()
+    schema = "k INT"
+    counts = {}
+
+    def keep(df, batch_id):
+        for row in df.collect():
+            counts[row["k"]] = row["n"]
+
+    def start():
+        return (spark.readStream.schema(schema).json(str(tmp_path / "in")).groupBy("k").agg(F.count("*").alias("n"))
+                .writeStream.outputMode("update").foreachBatch(keep)
+                .option("checkpointLocation", str(tmp_path / "cp")).start())
+
+    (tmp_path / "in" / "a.json").write_text("\n".join(json.dumps({"k": k % 2}) for k in range(10)))
+    q = start()
+    q.processAllAvailable()
+    assert release_state_stores(spark) is False  # a query runs: its stores stay
+    q.stop()
+    assert release_state_stores(spark) is True
+    (tmp_path / "in" / "b.json").write_text("\n".join(json.dumps({"k": k % 2}) for k in range(4)))
+    q = start()
+    try:
+        q.processAllAvailable()
+    finally:
+        q.stop()
+    assert counts == {0: 7, 1: 7}

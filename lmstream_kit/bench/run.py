@@ -129,6 +129,10 @@ class _Runner:
         from ..metrics import load_metrics
 
         cfg = self.cfg
+        if self.spark is not None:  # every run starts on a collected heap, whatever ran before it
+            from ..engine.state import collect_heap
+
+            collect_heap(self.spark)
         stream = self.stream(query, policy, traffic, rate=rate, seed=seed, duration_s=duration_s,
                              run_dir=run_dir)
         before = self.meter.sample() if self.meter is not None else None

@@ -352,11 +352,15 @@ class SparkEngine:
         return apply_confs(self._batch_session, dict(confs), dict(applied))
 
     def stop_query(self, *, is_idle: Callable[[], bool]) -> None:
-        """Stop the query between batches (see :func:`~lmstream_kit.engine.stream.stop_query`)."""
+        """Stop the query between batches (see :func:`~lmstream_kit.engine.stream.stop_query`); with no
+        other query running, its state leaves the heap at once (:func:`~.state.release_state_stores`)."""
+        from .state import release_state_stores
         from .stream import stop_query
 
         if self.query is not None:
             stop_query(self.query, is_idle=is_idle)
+            if self.spark is not None:
+                release_state_stores(self.spark)
 
     @property
     def is_active(self) -> bool:
