@@ -24,8 +24,8 @@ from typing import Any
 from ..exceptions import ConfigError, EngineError, one_line
 
 __all__ = ["PROVIDER_CONF", "ROCKSDB_PROVIDER", "STATE_STORES", "checkpoint_conf", "recover_unfinished_repartition",
-           "collect_heap", "release_state_stores", "repartition_state", "repartition_unsupported", "state_partitions", "state_store_confs",
-           "unfinished_repartition"]
+           "collect_heap", "release_state_stores", "repartition_state", "repartition_unsupported", "state_partitions",
+           "state_store_confs", "unfinished_repartition"]
 
 #: the SQL conf that picks the state store provider when a query first starts
 PROVIDER_CONF = "spark.sql.streaming.stateStore.providerClass"
@@ -86,9 +86,9 @@ def release_state_stores(spark: Any) -> bool:
         return False
 
 
-def collect_heap(spark: Any) -> float | None:
-    """Release the state stores (:func:`release_state_stores`) and collect the driver's whole heap;
-    returns the old generation's live MiB after it (None where the JVM does not say).
+def collect_heap(spark: Any) -> None:
+    """Release the state stores (:func:`release_state_stores`) and collect the driver's whole heap
+    (what remains in it is in the next batch's progress: :mod:`.listener`).
 
     The bench runs this before every run, so that a run's heap holds neither the state nor the
     garbage of the runs before it: without it, LR1T's capacity probes started with 0.2-2.9 GB of
@@ -97,14 +97,9 @@ def collect_heap(spark: Any) -> float | None:
     """
     release_state_stores(spark)
     try:
-        jvm = spark.sparkContext._jvm
-        jvm.java.lang.System.gc()
-        for pool in jvm.java.lang.management.ManagementFactory.getMemoryPoolMXBeans():
-            if "Old" in pool.getName() or "Tenured" in pool.getName():
-                return pool.getUsage().getUsed() / 2**20
+        spark.sparkContext._jvm.java.lang.System.gc()
     except Exception:  # noqa: BLE001 - a JVM gone: the run that follows says so
-        return None
-    return None
+        pass
 
 
 def _last_batch(directory: Path) -> Path | None:
