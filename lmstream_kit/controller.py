@@ -73,6 +73,9 @@ _TIE_EPS_S = 1e-9
 CHANGES_KEPT = 1000
 #: ``gc_margin``: the full-collection errors whose largest a due collection's margin takes
 GC_ERRORS_KEPT = 5
+#: the pause ``idle_collect`` makes room for before the stream ran a full collection of its own: LR1S's
+#: full collections took 1.1-1.4 s (parallel collector, 4 GiB driver, 2-core VM)
+IDLE_COLLECT_PRIOR_S = 1.5
 
 
 # ---------------------------------------------------------------------------
@@ -122,8 +125,9 @@ class Decision:
         ``"admit"`` (estimate reached target), ``"overdue"`` (the age of the
         oldest pending dataset alone already reached the target), ``"window"`` /
         ``"emit"`` (the ``"window"`` tumbling target), ``"catch-up"`` (a chunk of a
-        backlog) or ``"heap"`` (``heap_admit``: the driver's old generation is
-        forecast to fill).
+        backlog), ``"heap"`` (``heap_admit``: the driver's old generation is
+        forecast to fill) or ``"collect"`` (``idle_collect``: not admitted; the
+        driver's heap is to be collected now, while the data waits anyway).
     n_datasets, rows, nbytes : int
         Size of what is pending (the batch, if admitted).
     age_s : float
@@ -286,7 +290,23 @@ class AdmissionController(BatchController):
         fixed trigger's 5 s batches held.  With it, LR1T's capacity within the bound rose from
         22,627-24,675 to 29,344-32,000 rows/s on the 2-core VM, and at 1,000 rows/s its cell
         batched as before (one capacity search each, fresh JVMs, every probe on a collected heap;
-        ``benchmarks/results/lr1t-heap-admit-*-collected``).  ``False`` is LMStream's rule.
+        ``benchmarks/results/lr1t-heap-admit-*-collected``).  A third search with it on
+        (``paper-collected-heap``) found 14,672-16,000, failing at 16,000 on one late batch of
+        seven, twice, where the rule never acted: a single LR1T search moves by 2x, so that gain
+        is not settled.  ``False`` is LMStream's rule.
+    idle_collect : bool, default False
+        Collect the driver's heap while the pending data waits, where the heap forecast
+        (:meth:`~lmstream_kit.service_model.HeapForecast.collection_near`) says the next batch is
+        likely to stop for a full collection, and the target leaves room for the pause: the target
+        minus the estimate is at least the longest full collection the stream has run (before one,
+        :data:`IDLE_COLLECT_PRIOR_S`).  The decision is ``"collect"`` (not admitted), and none
+        follows until Spark's progress reports a full collection: the stream asks its engine for the collection
+        (:attr:`lmstream_kit.runloop.RunLoop.collect_heap`), which runs beside the wait, and the
+        next decision sees the time it took in the data's age.  A policy that batches spends most of
+        the bound waiting; a collection there delays no batch, where one inside a batch delays it and
+        the data behind it (LR1S's late batches under lmstream are such pauses).  The collection
+        shows in the next batch's progress (``jvm_gc_ms``, a full collection).  Only the driver's
+        heap is collected: on a cluster the executors' collections are their own.
     catch_up : {"chunks", "all"}, default "chunks"
         What an admission takes once the backlog cannot meet the target in one
         batch (after a restart or a burst).  ``"all"``: everything pending, as
@@ -370,6 +390,9 @@ class AdmissionController(BatchController):
                   "the heap forecast says the batch will run a full collection"),
         Param("heap_admit", bool,
               doc="admit at once where the heap forecast says the pending batch overflows the old generation"),
+        Param("idle_collect", bool,
+              doc="collect the driver's heap while data waits, where a full collection is near and "
+                  "the target leaves room for its pause"),
         Param("catch_up", str, choices=("chunks", "all"),
               doc="a backlog that cannot meet the target in one batch: in chunks that fit it, or all at once"),
     )
@@ -378,6 +401,8 @@ class AdmissionController(BatchController):
         "catch_up_s": "s from the first catch-up chunk's admission to the completion of the batch that "
                       "drained the backlog (on that batch only)",
         "service_features": "what the feature service-time model saw at the batch's admission",
+        "idle_collections": "collections of the driver's heap idle_collect asked for while the batch's data "
+                            "waited (on batches where it asked)",
     }
 
     def __init__(
@@ -401,6 +426,7 @@ class AdmissionController(BatchController):
         catch_up: str = "chunks",
         gc_margin: bool = False,
         heap_admit: bool = True,
+        idle_collect: bool = False,
         warmup: int = 0,
     ) -> None:
         super().__init__()
@@ -429,6 +455,7 @@ class AdmissionController(BatchController):
             "catch_up": catch_up,
             "gc_margin": gc_margin,
             "heap_admit": heap_admit,
+            "idle_collect": idle_collect,
         }
         self._p: dict[str, Any] = {k: self.param(k).validate(v) for k, v in values.items()}
         self._model = ServiceTimeModel(history=self._history, prior_s=0.0)
@@ -449,6 +476,9 @@ class AdmissionController(BatchController):
         self._last_eviction: float | None = None  # when a progress last reported state rows removed
         self._heap = HeapForecast()  # whether a batch will stop for the driver's collector (progress' heap)
         self._batch_rows: dict[int, float] = {}  # rows of the latest batches, by batch id, for the heap forecast
+        self._collect_asked = False  # idle_collect asked for a collection since Spark's last progress
+        self._collects = 0  # collections asked for since the last admission
+        self._collects_admitted = 0  # ... before the last admission, for its batch's record
         self._changes: deque[ParamChange] = deque(maxlen=CHANGES_KEPT)  # the newest; older ones are in the records
         self._n_changes = 0  # changes applied so far (the next one's seq - 1)
         self._n_reported = 0  # the seq of the last change pop_changes returned
@@ -590,6 +620,8 @@ class AdmissionController(BatchController):
                     # the old generation fills with this batch already: a larger one only holds more
                     # when the full collection comes
                     admit, reason = True, "heap"
+                elif self._collect_now(target - estimate):
+                    admit, reason = False, "collect"
                 else:
                     admit, reason = False, "wait"
                 dec = Decision(admit, reason, n, rows, nbytes, age, predicted, margin, estimate, target,
@@ -604,10 +636,23 @@ class AdmissionController(BatchController):
                                         cold=cold)
                     dec = chunk or dec
                 if admit:
+                    self._collects_admitted, self._collects = self._collects, 0
                     self._note_admitted(pending if dec.take is None else pending[:dec.take])
                     self._emit_due = reason == "window"
             self._last_decision = dec
         return dec
+
+    def _collect_now(self, slack: float) -> bool:
+        """Whether to collect the heap while the data waits (``idle_collect``; lock held): a full
+        collection is near and ``slack`` (the target less the estimate) has room for its pause."""
+        if not self._p["idle_collect"] or self._collect_asked or not self._heap.collection_near():
+            return False
+        pause = self._heap.full_pause_s()
+        if slack < (IDLE_COLLECT_PRIOR_S if pause is None else pause):
+            return False
+        self._collect_asked = True
+        self._collects += 1
+        return True
 
     def _feature_model(self):
         if self._features_model is None:
@@ -653,16 +698,22 @@ class AdmissionController(BatchController):
             if state.get("state_rows_removed", 0.0) > 0:
                 self._last_eviction = time.time()
             full = progress.get("jvm_full_gc_count")
+            if isinstance(full, numbers.Real) and full > 0:
+                self._collect_asked = False  # the collection asked for (or one of Spark's own) ran
             if batch is not None and isinstance(full, numbers.Real) and full > 0:
                 self._full_gc_batches.append(int(batch))  # its error (now or when observed) leaves the margin
                 if self._p["gc_margin"]:
                     self._refresh_margin()
 
     def before_batch(self, ctx) -> dict | None:
-        """Carry the features the batch was admitted with into its record (the feature model learns them)."""
+        """Carry the features the batch was admitted with into its record (the feature model learns them), and
+        the collections ``idle_collect`` asked for while its data waited."""
         decision = ctx.admission.get("decision") if ctx.admission else None
         features = getattr(decision, "features", None)
-        return {"service_features": dict(features)} if features else None
+        out = {"service_features": dict(features)} if features else {}
+        if self._collects_admitted:
+            out["idle_collections"] = self._collects_admitted
+        return out or None
 
     def close(self) -> None:
         if self._features_model is not None:
@@ -875,7 +926,7 @@ class AdmissionController(BatchController):
         >>> c.mutate({"history": 10})
         Traceback (most recent call last):
         ...
-        lmstream_kit.exceptions.ConfigError: cannot change 'history' on a live controller; mutable parameters: catch_up, close_period_s, cold_start, gc_margin, heap_admit, initial_target_s, interval_margin, lateness_s, min_margin_s, poll_interval_s, prior_processing_s, quantile, service_model, slide_s, tumbling_target, window_period_s, window_target_s
+        lmstream_kit.exceptions.ConfigError: cannot change 'history' on a live controller; mutable parameters: catch_up, close_period_s, cold_start, gc_margin, heap_admit, idle_collect, initial_target_s, interval_margin, lateness_s, min_margin_s, poll_interval_s, prior_processing_s, quantile, service_model, slide_s, tumbling_target, window_period_s, window_target_s
         """
         if not isinstance(changes, Mapping):
             raise ConfigError(f"mutate expects a mapping of parameter -> value, got {changes!r}")

@@ -229,6 +229,7 @@ class LiveStream(StreamControls):
         self.placement.bind_changelog(self.changelog)
         self.loop = RunLoop(gate, self.placement, self.changelog, settings=self._batch_settings)
         self.loop.after_batch = self._start_feed  # the feed starts once batch 0 ran (a warm JVM)
+        self.loop.collect_heap = getattr(self.engine, "collect_heap", None)  # the controller's idle_collect
         self.spool: Optional[Spool] = None
         self.feed = None
         self._channel = None

@@ -90,6 +90,10 @@ class RunLoop:
         self.spool: Any = None  # set when the stream starts
         self.sink: Callable[[dict], None] = lambda record: None  # writes each record as it is made
         self.after_batch: Callable[[], None] = lambda: None  # e.g. start the feed after batch 0
+        #: collects the engine's heap (a gate's ``"collect"`` decision; None: the engine cannot), run in a
+        #: thread of its own so that the source's poll is answered at once
+        self.collect_heap: Callable[[], None] | None = None
+        self._collecting: threading.Thread | None = None
         self.failure: BaseException | None = None
         #: why a controller holds admission now (``admission_held``), or None
         self.held: str | None = None
@@ -171,6 +175,8 @@ class RunLoop:
             decision = None if self.book.mode == DRAIN else self.gate.decide(now, pending)
             self.book.polled(time.perf_counter() - t0)
             if decision is not None and not decision.admit:
+                if decision.reason == "collect":
+                    self._collect()
                 return base
             take = getattr(decision, "take", None)  # a catch-up chunk: the oldest `take` datasets
             admitted = pending if take is None else pending[:max(1, int(take))]
@@ -180,6 +186,21 @@ class RunLoop:
             return self.book.admit(base, end=admitted[-1].seq + 1, admitted_at=now,
                                    reason=decision.reason if decision is not None else "drain",
                                    fields=fields, policy=self.settings().policy)
+
+    def _collect(self) -> None:
+        """Start :attr:`collect_heap` in the background, unless one still runs (lock held)."""
+        if self.collect_heap is None or (self._collecting is not None and self._collecting.is_alive()):
+            return
+        self._collecting = threading.Thread(target=self._run_collect, args=(self.collect_heap,),
+                                            name="lmstream-collect-heap", daemon=True)
+        self._collecting.start()
+
+    @staticmethod
+    def _run_collect(collect: Callable[[], None]) -> None:
+        try:
+            collect()
+        except Exception:  # noqa: BLE001, S110 - a collection that fails changes nothing the stream needs
+            pass
 
     def _held(self) -> str | None:
         """The first controller's reason to hold admission; one that raises does not hold."""

@@ -536,6 +536,7 @@ def test_params_and_snapshot_json():
         "window_period_s": 0.0,
         "gc_margin": False,
         "heap_admit": True,
+        "idle_collect": False,
         "warmup": 0,
     }
     for x, t in ((100, 1.5), (200, 2.5), (300, 3.5)):
@@ -674,3 +675,54 @@ def test_heap_admit_admits_at_once_where_the_pending_batch_overflows_the_old_gen
     assert d.admit and d.take is None and d.rows == 3000
     heap.mutate({"heap_admit": False})
     assert heap.decide(1.0, big).reason == "wait"
+
+
+def test_idle_collect_asks_for_a_collection_while_data_waits_where_a_full_one_is_near():
+    off = AdmissionController(slide_s=5.0, cold_start=0, heap_admit=False)  # the default: no collection
+    on = AdmissionController(slide_s=5.0, cold_start=0, heap_admit=False, idle_collect=True)
+    for c in (off, on):
+        for i in range(1, 5):  # 1,000-row batches of 0.5 s; the old generation grows 50 MB each, to 500 of 600
+            c.observe(BatchObservation(rows=1000, nbytes=64000, processing_s=0.5, max_latency_s=2.0, batch_id=i))
+            c.on_progress(heap_progress(i, 1000, 300 + 50 * i))
+    pending = [ds(0.0, rows=1000, nbytes=64000)]
+    # 100 MB free, over 1.25 x the 50 MB a batch promoted: no collection is near
+    assert [c.decide(1.0, pending).reason for c in (off, on)] == ["wait", "wait"]
+    for c in (off, on):
+        c.on_progress(heap_progress(5, 1000, 560))  # 40 MB free: the next batch stops for a full collection
+    # estimate 1 + 0.5 + margin 0.13 + 0.01 poll: 3.36 s of slack, room for the 1.5 s pause assumed before one ran
+    d = on.decide(1.0, pending)
+    assert (d.reason, d.admit) == ("collect", False)
+    admitted = on.decide(4.5, pending)  # the batch whose data waited through it carries the count
+    assert admitted.admit and on.before_batch(SimpleNamespace(admission={"decision": admitted})) == {
+        "idle_collections": 1}
+    assert off.decide(1.0, pending).reason == "wait"
+    # asked once: it waits for the collection's progress, however often it is polled
+    assert on.decide(1.1, pending).reason == "wait"
+    on.on_progress(heap_progress(6, 1000, 560))  # a progress without a full collection (the batch before)
+    assert on.decide(1.2, pending).reason == "wait"
+    # the collection ran (1.2 s of it in the next batch's progress); the heap is back to 200 MB, not near
+    on.on_progress({**heap_progress(7, 1000, 200, full=1), "jvm_gc_ms": 1200})
+    assert on.decide(1.3, pending).reason == "wait"
+    on.on_progress(heap_progress(8, 1000, 560))
+    # near again; the pause is now the stream's own, 1.2 s: room at 2.0 s of age (slack 2.36), none at 3.4 (0.96)
+    assert on.decide(3.4, pending).reason == "wait"
+    assert on.decide(2.0, pending).reason == "collect"
+    assert on.before_batch(SimpleNamespace(admission={"decision": on.decide(4.5, pending)})) == {
+        "idle_collections": 1}
+    assert on.before_batch(SimpleNamespace(admission={"decision": on.decide(4.6, pending)})) is None
+
+
+def test_idle_collect_leaves_no_room_where_the_target_is_near_and_is_a_live_parameter():
+    c = AdmissionController(slide_s=2.5, cold_start=0, heap_admit=False)
+    for i in range(1, 5):
+        c.observe(BatchObservation(rows=1000, nbytes=64000, processing_s=0.5, max_latency_s=2.0, batch_id=i))
+        c.on_progress(heap_progress(i, 1000, 300 + 50 * i))
+    c.on_progress(heap_progress(5, 1000, 580))
+    pending = [ds(0.0, rows=1000, nbytes=64000)]
+    assert c.decide(0.1, pending).reason == "wait"
+    c.mutate({"idle_collect": True})
+    # slack 2.5 - (0.4 + 0.5 + 0.13 margin + 0.01) = 1.46 s: less than the 1.5 s pause assumed, so no collection
+    assert c.decide(0.4, pending).reason == "wait"
+    assert c.decide(0.3, pending).reason == "collect"  # slack 1.56 s
+    with pytest.raises(ConfigError, match="idle_collect"):
+        c.mutate({"idle_collect": "yes"})

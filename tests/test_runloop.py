@@ -106,6 +106,53 @@ def test_a_gate_that_waits_holds_the_offset_and_counts_the_polls():
     assert (record["admitted_at"], record["completed_at"], record["max_latency_s"]) == (1100.0, 1101.0, 101.0)
 
 
+class Collecting(BatchController):
+    """A gate that asks for a heap collection on every poll, then admits on the third."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.polls = 0
+
+    def decide(self, now, pending):
+        self.polls += 1
+        admit = self.polls >= 3
+        return NS(admit=admit, reason="admit" if admit else "collect", take=None)
+
+
+def test_a_collect_decision_holds_the_offset_and_runs_one_collection_in_the_background():
+    import threading
+
+    release, started = threading.Event(), threading.Semaphore(0)
+    calls = []
+
+    def collect():
+        calls.append(threading.current_thread().name)
+        started.release()
+        release.wait(5)  # a collection that takes a while: the poll is answered meanwhile
+
+    loop = make(Collecting())
+    assert loop.on_latest(0) == 0  # no collector set: a collect decision is a wait
+    loop.collect_heap = collect
+    assert loop.on_latest(0) == 0 and started.acquire(timeout=5) and calls == ["lmstream-collect-heap"]
+    assert loop.on_latest(0) == 6  # answered while the collection still runs
+    loop.gate.polls = 0
+    assert loop.on_latest(0) == 0 and len(calls) == 1  # one at a time: the first has not finished
+    release.set()
+    loop._collecting.join(5)
+    assert loop.on_latest(0) == 0 and started.acquire(timeout=5) and len(calls) == 2
+
+
+def test_a_collection_that_raises_leaves_the_stream_as_it_was():
+    def broken():
+        raise RuntimeError("the JVM is gone")
+
+    loop = make(Collecting())
+    loop.collect_heap = broken
+    assert loop.on_latest(0) == 0
+    loop._collecting.join(5)
+    assert loop.on_latest(0) == 0 and loop.on_latest(0) == 6
+
+
 def test_hold_admits_nothing_and_drain_admits_everything_without_asking_the_gate():
     loop = make(AdmissionController(slide_s=100.0))
     loop.book.mode = HOLD

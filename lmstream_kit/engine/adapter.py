@@ -362,6 +362,14 @@ class SparkEngine:
             if self.spark is not None:
                 release_state_stores(self.spark)
 
+    def collect_heap(self) -> None:
+        """Collect the driver JVM's whole heap now (the admission controller's ``idle_collect``, while the
+        stream's data waits); the stores of a running query stay (:func:`~.state.collect_heap`)."""
+        from .state import collect_heap
+
+        if self.spark is not None:
+            collect_heap(self.spark)
+
     @property
     def is_active(self) -> bool:
         return self.query is not None and self.jvm_exited() is None and self.query.isActive
