@@ -726,3 +726,18 @@ def test_idle_collect_leaves_no_room_where_the_target_is_near_and_is_a_live_para
     assert c.decide(0.3, pending).reason == "collect"  # slack 1.56 s
     with pytest.raises(ConfigError, match="idle_collect"):
         c.mutate({"idle_collect": "yes"})
+
+
+def test_idle_collect_waits_for_the_heap_after_the_last_batch():
+    c = AdmissionController(slide_s=5.0, cold_start=0, heap_admit=False, idle_collect=True)
+    for i in range(1, 5):
+        c.observe(BatchObservation(rows=1000, nbytes=64000, processing_s=0.5, max_latency_s=2.0, batch_id=i))
+        c.on_progress(heap_progress(i, 1000, 300 + 50 * i))
+    c.on_progress(heap_progress(5, 1000, 560))  # near: 40 MB free
+    # batch 6 ends; Spark's progress of it (the heap after it) comes after its record
+    c.after_batch(SimpleNamespace(rows=1000, bytes=64000, processing_s=0.5, max_latency_s=2.0, batch_id=6,
+                                  decision_reason="admit", admitted_at=0.0, completed_at=0.5, extra=None))
+    pending = [ds(0.0, rows=1000, nbytes=64000)]
+    assert c.decide(1.0, pending).reason == "wait"  # the reading of batch 5 may be stale
+    c.on_progress(heap_progress(6, 1000, 570))
+    assert c.decide(1.0, pending).reason == "collect"
