@@ -236,11 +236,7 @@ def run(workload, traffic, rate, spread, policy, trigger_s, slide_s, tumbling, t
     click.echo("starting Spark ...")
     from .signals import StopSignal, deferred_stop
 
-    import logging
-
-    # a dead JVM is one line (check_health), not 100: py4j logs each failed call, some through the root logger
-    logging.getLogger("py4j").setLevel(logging.CRITICAL)
-    logging.getLogger().addFilter(lambda record: not record.getMessage().startswith("Exception while sending command"))
+    _quiet_py4j()
     stopped = None  # a stop (Ctrl-C, SIGTERM, SIGHUP) during start-up is held until Spark is up
     try:
         with deferred_stop(lambda name: click.echo(f"{name}: stopping once Spark has started ...")):
@@ -631,6 +627,7 @@ def bench(queries, policies, traffic, duration, repeat, speedup, rate, spread, s
         feed=feed, kafka_partitions=kafka_partitions,
     )
     notes_text = notes.read_text() if notes is not None else None
+    _quiet_py4j()  # a Ctrl-C cancels the batch job: py4j would print the foreachBatch callback's traceback
     result = _with_bench_progress(
         lambda progress: run_bench(cfg, out, progress=progress, command=command_line(),
                                    reproduction=reproduction, notes=notes_text, resume=resume,
@@ -659,6 +656,16 @@ def report(bench_dir, reproduction, notes):
     write_reports(bench_dir, results, batches, capacity, meta, reproduction=reproduction,
                   notes=notes.read_text() if notes is not None else None)
     click.echo(f"report: {bench_dir / 'report.html'}")
+
+
+def _quiet_py4j() -> None:
+    """Keep py4j's logging off the terminal: a dead JVM is one line (the kit's own), not 100 (py4j logs
+    each failed call, some through the root logger), and a cancelled batch job prints no traceback of
+    the foreachBatch callback that saw it."""
+    import logging
+
+    logging.getLogger("py4j").setLevel(logging.CRITICAL)
+    logging.getLogger().addFilter(lambda record: not record.getMessage().startswith("Exception while sending command"))
 
 
 def _with_bench_progress(work):
