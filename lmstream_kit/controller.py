@@ -483,7 +483,6 @@ class AdmissionController(BatchController):
         self._collect_asked = False  # idle_collect asked for a collection since Spark's last progress
         self._collects = 0  # collections asked for since the last admission
         self._collects_admitted = 0  # ... before the last admission, for its batch's record
-        self._batch_done: int | None = None  # the id of the last batch whose record came
         self._batch_read: int | None = None  # the id of the last batch whose progress (the heap after it) came
         self._changes: deque[ParamChange] = deque(maxlen=CHANGES_KEPT)  # the newest; older ones are in the records
         self._n_changes = 0  # changes applied so far (the next one's seq - 1)
@@ -653,7 +652,8 @@ class AdmissionController(BatchController):
         collection is near and ``slack`` (the target less the estimate) has room for its pause."""
         if not self._p["idle_collect"] or self._collect_asked:
             return False
-        if self._batch_done is not None and (self._batch_read is None or self._batch_read < self._batch_done):
+        done = next(reversed(self._batch_rows), None)  # the last batch whose record came
+        if done is not None and (self._batch_read is None or self._batch_read < done):
             return False  # the heap after the last batch is not known yet (its progress comes after its record)
         if not self._heap.collection_near():
             return False
@@ -703,8 +703,8 @@ class AdmissionController(BatchController):
                  if isinstance(progress.get(k), (int, float)) and math.isfinite(progress[k]) and progress[k] >= 0}
         with self._lock:
             batch = progress.get("batch_id")
-            if isinstance(batch, numbers.Integral):
-                self._batch_read = max(int(batch), self._batch_read if self._batch_read is not None else int(batch))
+            if batch is not None:
+                self._batch_read = int(batch) if self._batch_read is None else max(self._batch_read, int(batch))
             self._heap.observe(progress, rows=self._batch_rows.get(batch) if batch is not None else None)
             self._state = state
             if state.get("state_rows_removed", 0.0) > 0:
@@ -712,10 +712,10 @@ class AdmissionController(BatchController):
             full = progress.get("jvm_full_gc_count")
             if isinstance(full, numbers.Real) and full > 0:
                 self._collect_asked = False  # the collection asked for (or one of Spark's own) ran
-            if batch is not None and isinstance(full, numbers.Real) and full > 0:
-                self._full_gc_batches.append(int(batch))  # its error (now or when observed) leaves the margin
-                if self._p["gc_margin"]:
-                    self._refresh_margin()
+                if batch is not None:
+                    self._full_gc_batches.append(int(batch))  # its error (now or when observed) leaves the margin
+                    if self._p["gc_margin"]:
+                        self._refresh_margin()
 
     def before_batch(self, ctx) -> dict | None:
         """Carry the features the batch was admitted with into its record (the feature model learns them), and
@@ -981,7 +981,6 @@ class AdmissionController(BatchController):
             # the heap forecast learns per admitted row (Spark's progress comes after the record)
             if getattr(record, "batch_id", None) is not None:
                 self._batch_rows[int(record.batch_id)] = float(record.rows)
-                self._batch_done = int(record.batch_id)
             while len(self._batch_rows) > 64:
                 self._batch_rows.pop(next(iter(self._batch_rows)))
             if record.decision_reason == "catch-up":
