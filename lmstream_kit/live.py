@@ -8,6 +8,7 @@ plugged-in controllers' hooks and writes one :class:`~lmstream_kit.record.BatchR
 from __future__ import annotations
 
 import dataclasses
+import logging
 import math
 import threading
 import time
@@ -45,6 +46,9 @@ from .record import controller_target_s, latency_bound, summarize, tumbling_star
 from .workloads import Workload
 
 BatchCallback = Callable[[dict], None]
+
+#: where a stop that could not stop its query says so (one line, no traceback)
+LOG = logging.getLogger("lmstream_kit.live")
 
 
 class LiveStream(StreamControls):
@@ -777,10 +781,14 @@ class LiveStream(StreamControls):
             except Exception:
                 pass
         if self.engine.jvm_exited() is None:  # with the JVM gone there is no query to stop
-            self.engine.stop_query(is_idle=lambda: not self.loop.book.in_batch)
-            last = max((int(r["batch_id"]) for r in self.records), default=-1)
-            # Spark's listener bus delivers it 0.1-0.4 s late, and seconds late on a loaded machine
-            self.engine.await_progress(last, timeout=30.0)
+            stuck = self.engine.stop_query(is_idle=lambda: not self.loop.book.in_batch)
+            if stuck is None:
+                last = max((int(r["batch_id"]) for r in self.records), default=-1)
+                # Spark's listener bus delivers it 0.1-0.4 s late, and seconds late on a loaded machine
+                self.engine.await_progress(last, timeout=30.0)
+            else:  # its batch commits nothing the kit waits for; a restart runs it again from the spool
+                LOG.warning("%s: the query did not stop: %s; Spark ends it when that batch returns",
+                            self.run_dir.name, stuck)
             self.engine.remove_listener()
         if self._channel is not None:
             self._channel.close()

@@ -215,6 +215,7 @@ class FakeRunner:
     def __init__(self, clock: FakeClock, capacity: float) -> None:
         self.clock, self.capacity, self.calls = clock, capacity, []
         self.warmed: set = set()
+        self.stuck = None  # the real runner's: why the last run's query did not stop
 
     def warm(self, query, announce=None):  # the real one runs a discarded stream where the JVM is cold
         self.calls.append(("warm", query, query not in self.warmed, None))
@@ -282,6 +283,30 @@ def test_the_bench_pools_the_runs_at_a_rate_so_one_late_batch_of_few_runs_again(
     else:  # most runs: 2,828's first run fails it, and 2,593's third run (one late of 18) fails it too
         assert runs[3:] == [(2828.0, 0, False), (2378.0, 0, True), (2593.0, 0, False), (2378.0, 1, True),
                             (2593.0, 1, True), (2593.0, 2, False)]
+
+
+class StuckRunner(FakeRunner):
+    """Above ``capacity`` a probe falls behind and its batch outlives the stop's bound: the real runner
+    then puts a new JVM in place and says why in ``stuck``."""
+
+    def run(self, query, policy, traffic, *, rate, seed, duration_s, run_dir, catch_up_s):
+        metrics, cpu, _ = super().run(query, policy, traffic, rate=rate, seed=seed, duration_s=duration_s,
+                                      run_dir=run_dir, catch_up_s=catch_up_s)
+        self.stuck = "its batch in flight did not stop within the stop's bound" if rate > self.capacity else None
+        return metrics, cpu, rate <= self.capacity
+
+
+def test_a_probe_whose_query_outlived_its_stop_says_so_and_the_search_goes_on(tmp_path):
+    cfg = BenchConfig(queries=["LR2S"], policies=["asap"], capacity=True, capacity_duration_s=30)
+    runner = StuckRunner(FakeClock(), capacity=3000)
+    rows = _capacity(cfg, runner, tmp_path, lambda event: None, clock=runner.clock)
+    stuck = [(r["rate"], r["passed"]) for r in rows if r.get("error")]
+    assert stuck and all(rate > 3000 and not passed for rate, passed in stuck)
+    assert {r["error"] for r in rows if r.get("error")} == {
+        "the query did not stop: its batch in flight did not stop within the stop's bound; "
+        "a new JVM runs the next probe"}
+    assert all("error" not in r for r in rows if r["rate"] <= 3000)
+    assert (rows[-1]["status"], rows[-1]["lo"], rows[-1]["hi"]) == ("bracketed", 2828.0, 3084.0)
 
 
 class CrashingRunner(FakeRunner):

@@ -179,9 +179,12 @@ def test_stop_is_clean(spark, tmp_path, capfd):
                    run_dir=tmp_path / "stop", spark=spark).start()
     s.wait(batches=3, timeout=120)
     capfd.readouterr()
+    from lmstream_kit.engine.stream import STOP_TIMEOUT_CONF
+
     s.stop(drain=False)  # stops while data is still arriving
     out, err = capfd.readouterr()
-    assert not s.is_active
+    assert not s.is_active and s.engine.stop_failed is None
+    assert spark.conf.get(STOP_TIMEOUT_CONF, None) is None  # the stop's bound was the stop's only
     for marker in ("Exception", "StackOverflowError", "Traceback", "ERROR"):
         assert marker not in out + err, (out + err)[-2000:]
     assert spark.streams.active == [] or all(q.name != s.name for q in spark.streams.active)
@@ -582,6 +585,44 @@ interrupted("plain", lambda q: q.stop())
 interrupted("kit", lambda q: stop_query(q, is_idle=lambda: False, timeout_s=0.5))
 spark.stop()
 """
+
+
+@pytest.mark.parametrize("own", [None, "1s"], ids=["kit-bound", "session-bound"])
+def test_a_batch_that_outlives_the_stops_bound_is_reported_and_the_query_ends_after_it(spark, tmp_path, own):
+    """A foreachBatch that does not return (here: waits on Python's side, where no interruption of
+    Spark's thread reaches it) holds ``query.stop()`` for ever under Spark's default; under the
+    stop's bound (the kit's, or the session's own setting), stop_query returns after it and says
+    why, and Spark ends the query once the batch returns."""
+    import threading
+    import time
+
+    from lmstream_kit.engine.session import session_confs
+    from lmstream_kit.engine.stream import STOP_TIMEOUT_CONF, stop_query
+
+    running, release = threading.Event(), threading.Event()
+
+    def stuck(df, batch_id):
+        running.set()
+        release.wait(60)
+
+    query = (spark.readStream.format("rate").option("rowsPerSecond", 1).load().writeStream
+             .queryName(f"stuck_batch_{own is None}").foreachBatch(stuck)
+             .option("checkpointLocation", str(tmp_path / "stuck")).start())
+    try:
+        assert running.wait(60)
+        began = time.monotonic()
+        with session_confs(spark, {STOP_TIMEOUT_CONF: own} if own else {}):
+            why = stop_query(query, is_idle=lambda: False, timeout_s=0.5, stop_timeout_s=60 if own else 1.0)
+            assert spark.conf.get(STOP_TIMEOUT_CONF, None) == own  # the session's own setting stays
+        took = time.monotonic() - began
+        assert why == f"its batch in flight did not stop within {own or '1000ms'} ({STOP_TIMEOUT_CONF})"
+        assert took < 15, took  # the 0.5 s wait, the 1 s bound, and the quiet log's settling (at most 10 s)
+        thread = query._jsq.streamingQuery().queryExecutionThread()
+        assert thread.isAlive()  # the batch still runs ...
+    finally:
+        release.set()
+    thread.join(30_000)
+    assert not thread.isAlive() and not query.isActive  # ... and the query ends when it returns
 
 
 def test_the_kits_stop_of_a_running_batch_leaves_the_jvms_log_quiet_and_its_level_as_it_was(tmp_path):

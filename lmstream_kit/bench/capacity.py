@@ -430,6 +430,8 @@ def _capacity(cfg: BenchConfig, runner: _Runner, out: Path, notify: ProgressFn,
                 retried, error = error, None
                 continue
             break
+        if error is None and runner.stuck is not None:  # it ran, and its query outlived the stop
+            error = f"the query did not stop: {runner.stuck}; a new JVM runs the next probe"
         data = metrics[metrics["rows"] > 0] if len(metrics) else metrics
         share = float((data["max_latency_s"] <= bound).mean()) if len(data) else 0.0
         shutil.rmtree(run_dir / "spool", ignore_errors=True)  # probes keep metrics, not input

@@ -43,6 +43,7 @@ class _Runner:
         self.engine = engine
         self.warmed: set = set()  # the queries warmed up on this JVM
         self.lost_to_heap: Optional[bool] = None  # whether the last lost session's JVM ran out of heap
+        self.stuck: Optional[str] = None  # why the last run's query did not stop (a new JVM runs the next)
 
     def warmup_s(self) -> float:
         """Simulated seconds of the next warm-up: longer on a JVM that has run no query yet (0: none)."""
@@ -69,24 +70,32 @@ class _Runner:
     def recover(self) -> Optional[str]:
         """After a run failed: where the session was lost with it (Spark's JVM exited, out of heap or
         by Spark's own exit, or Spark stopped its context), start a new session and return why the
-        old one went; None where the session still runs (the failure was the stream's).
-        ``lost_to_heap`` says whether the old JVM ran out of heap (None: its exit code is unknown)."""
+        old one went; None where the session still runs (the failure was the stream's).  A run whose
+        query did not stop has its new session already (:attr:`stuck`).  ``lost_to_heap`` says whether the old JVM ran out of heap (None: its exit code is unknown)."""
         if self.engine is None:
             return None
+        if self.stuck is not None:  # run() put the session whose query did not stop by a new one
+            self.lost_to_heap = None
+            return f"the query did not stop: {self.stuck}"
         why = self.engine.session_lost()
         if why is None:
             return None
-        from ..cpu import CpuMeter
         from ..engine.session import OUT_OF_HEAP_EXIT
 
         code = self.engine.jvm_exit_code()
         self.lost_to_heap = None if code is None else code == OUT_OF_HEAP_EXIT
+        self._restart()
+        return why
+
+    def _restart(self) -> None:
+        """A new session on a new JVM, its code cold again."""
+        from ..cpu import CpuMeter
+
         self.engine.restart()
         self.spark = self.engine.spark
         self.warmed.clear()  # a new JVM: its code is cold again
         if self.meter is not None:
             self.meter = CpuMeter(self.engine.driver_pid())
-        return why
 
     def stream(self, query: str, policy: str, traffic: str, *, rate: float, seed: int, duration_s: float,
                run_dir: Path):
@@ -158,7 +167,11 @@ class _Runner:
                 stream.stop(drain=False)
         finally:
             stream.stop(drain=False)  # no-op when already stopped
-        after = self.meter.sample() if self.meter is not None else None
+            after = self.meter.sample() if self.meter is not None else None
+            self.stuck = stream.engine.stop_failed
+            if self.stuck is not None and self.engine is not None:
+                # its batch still runs (a JVM collecting its full heap over and over): not under the next run
+                self._restart()
         cpu = (after - before).to_dict() if before is not None else None
         return load_metrics(run_dir), cpu, caught_up
 
@@ -305,6 +318,9 @@ def run_bench(
                     failed = one_line(exc)
                     metrics = metrics_so_far(run_dir)
                     cpu = None
+                else:
+                    if runner.stuck is not None:  # measured; its query outlived the stop, a new JVM runs on
+                        meta.setdefault("restarts", []).append(f"{label}: the query did not stop: {runner.stuck}")
                 row = cell_row(metrics, workload=workload, policy=cell["policy"], traffic=cell["traffic"],
                                rep=cell["rep"], seed=seed, rate=cell["rate"], speedup=cfg.speedup,
                                duration_s=cfg.duration_s, cpu=cpu)

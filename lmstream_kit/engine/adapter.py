@@ -96,6 +96,7 @@ class SparkEngine:
         self._external = spark is not None
         self.spark = spark
         self.query = None
+        self.stop_failed: str | None = None  # why the last stop of the query did not stop it
         self._listener = None
         self._batch_session = None
         self._result_schema = None  # the schema of the running query's batch results (check_batch_function)
@@ -351,16 +352,20 @@ class SparkEngine:
 
         return apply_confs(self._batch_session, dict(confs), dict(applied))
 
-    def stop_query(self, *, is_idle: Callable[[], bool]) -> None:
+    def stop_query(self, *, is_idle: Callable[[], bool]) -> str | None:
         """Stop the query between batches (see :func:`~lmstream_kit.engine.stream.stop_query`); with no
-        other query running, its state leaves the heap at once (:func:`~.state.release_state_stores`)."""
+        other query running, its state leaves the heap at once (:func:`~.state.release_state_stores`).
+
+        Returns None, or why the query did not stop (its batch in flight outlived the stop's bound);
+        :attr:`stop_failed` keeps that reason: the JVM still runs that batch."""
         from .state import release_state_stores
         from .stream import stop_query
 
         if self.query is not None:
-            stop_query(self.query, is_idle=is_idle)
-            if self.spark is not None:
+            self.stop_failed = stop_query(self.query, is_idle=is_idle)
+            if self.spark is not None and self.stop_failed is None:
                 release_state_stores(self.spark)
+        return self.stop_failed
 
     def collect_heap(self) -> None:
         """Collect the driver JVM's whole heap now (the admission controller's ``idle_collect``, while the

@@ -5,11 +5,20 @@ from __future__ import annotations
 import json
 import os
 import time
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Optional
 
 from ..exceptions import EngineError, one_line
 from .source import SOURCE_NAME
+
+#: Spark's bound on a query's stop: how long ``query.stop()`` waits for the batch in flight (Spark's
+#: default, 0, waits for ever).
+STOP_TIMEOUT_CONF = "spark.sql.streaming.stopTimeout"
+#: The bound :func:`stop_query` gives a stop where the query's session sets none.  A capacity
+#: probe whose JVM was collecting its heap over and over (LR1T, asap, 45,255 rows/s on the 2-core VM)
+#: took 18 minutes to stop without one; Spark ends the query anyway once that batch returns.
+STOP_TIMEOUT_S = 60.0
 
 
 def start_query(
@@ -124,13 +133,19 @@ def checkpoint_offsets(checkpoint: Path) -> tuple[Optional[int], Optional[int]]:
     return planned, committed
 
 
-def stop_query(query, *, is_idle: Callable[[], bool], timeout_s: float = 60.0) -> None:
+def stop_query(query, *, is_idle: Callable[[], bool], timeout_s: float = 60.0,
+               stop_timeout_s: float = STOP_TIMEOUT_S) -> Optional[str]:
     """Stop ``query`` without Spark's interruption stack traces.
 
     Stopping while foreachBatch is inside a Spark action makes Spark print a
     StackOverflowError; so wait until the caller says nothing is in flight
     (admission closed and no foreachBatch running) and Spark reports no active
     trigger, and only then stop.
+
+    Returns None once the query stopped, or why it did not: a batch that outlives the stop's bound
+    (``stop_timeout_s``, or the session's own :data:`STOP_TIMEOUT_CONF`) keeps running (a
+    foreachBatch function that does not return, a JVM that spends its time collecting a full heap),
+    and Spark ends the query when it returns.
     """
     from .session import interrupting, jvm_logs_off
 
@@ -146,8 +161,35 @@ def stop_query(query, *, is_idle: Callable[[], bool], timeout_s: float = 60.0) -
     # a batch still running after the wait is interrupted on purpose: Spark runs it again on
     # restart, and py4j's traceback of its InterruptedException says nothing more; nor do the JVM's
     # errors for its killed tasks (also where a batch started between the wait and the stop)
-    with interrupting(), jvm_logs_off(query):
+    with interrupting(), jvm_logs_off(query), _stop_bound(query, stop_timeout_s) as bound:
         try:
             query.stop()
-        except Exception:
-            pass
+        except Exception as exc:  # noqa: BLE001 - a stop's interruption errors say nothing more
+            if "failed to stop within" in str(exc):  # spark.sql.streaming.stopTimeout ran out
+                return f"its batch in flight did not stop within {bound} ({STOP_TIMEOUT_CONF})"
+    return None
+
+
+@contextmanager
+def _stop_bound(query, stop_timeout_s: float):
+    """While ``query`` stops: its session's :data:`STOP_TIMEOUT_CONF` is ``stop_timeout_s`` where the
+    session sets none (Spark reads it from the query's session when the stop comes, not at its
+    start), and unset after.  Yields the bound in force, as text."""
+    bound = f"{int(stop_timeout_s * 1000)}ms"
+    try:
+        conf = query._jsq.sparkSession().conf()
+        own = conf.get(STOP_TIMEOUT_CONF, None)  # null where unset (getOption gives Spark's default, 0)
+        if own is not None:
+            bound, conf = str(own), None
+        else:
+            conf.set(STOP_TIMEOUT_CONF, bound)
+    except Exception:  # noqa: BLE001 - a session without a JVM side: its stop is Spark's own
+        conf = None
+    try:
+        yield bound
+    finally:
+        if conf is not None:
+            try:
+                conf.unset(STOP_TIMEOUT_CONF)
+            except Exception:  # noqa: BLE001 - the JVM went away meanwhile
+                pass
