@@ -203,7 +203,10 @@ class AdmissionController(BatchController):
         is ``slide_s``.  ``0`` (tumbling window): see ``tumbling_target``.
     poll_interval_s : float, default 0.01
         How often the stream polls; added to the estimate because the next
-        chance to admit is one poll later (>= 0).
+        chance to admit is one poll later (>= 0).  A LiveStream makes it Spark's
+        wait between two asks of the gate while it holds data back (Spark's
+        polling delay, fixed when the query starts: a live change moves the
+        estimate at once and Spark's polling at the query's next start).
     quantile : float, default 0.95
         Quantile of past prediction residuals used as safety margin, in (0, 1).
     history : int, default 100

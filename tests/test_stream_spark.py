@@ -121,6 +121,26 @@ def test_lmstream_keeps_max_latency_under_the_slide(spark, tmp_path, request, fe
 
 
 @pytest.mark.timing
+def test_spark_asks_the_gate_once_per_poll_interval_while_it_holds_data_back(spark, tmp_path):
+    """The controller's poll interval (simulated s) is Spark's polling delay (wall s): at 1 s and 10x
+    Spark waits 100 ms between asks, not its default 10 ms."""
+    import time
+
+    s = LiveStream("LR2S", policy="lmstream", traffic="constant", rate=500, speedup=10,
+                   controller={"poll_interval_s": 1.0}, run_dir=tmp_path / "poll", spark=spark).start()
+    began = time.monotonic()
+    try:
+        assert s.engine.query._jsq.streamingQuery().pollingDelayMs() == 100
+        s.wait(batches=4, timeout=120)
+    finally:
+        s.stop(drain=False)
+    elapsed = time.monotonic() - began
+    records = [r for r in s.records if r["rows"] > 0]
+    polls = sum(r["polls"] for r in records)
+    # at most one ask per 100 ms, and one at once after each batch (Spark's 10 ms: ~80 asks a second)
+    assert 0 < polls <= elapsed / 0.1 + 2 * len(records), (polls, elapsed, len(records))
+
+
 def test_fixed_trigger_latency_is_at_least_the_trigger(spark, tmp_path):
     run = tmp_path / "fixed"
     s = LiveStream("LR2S", policy="fixed", traffic="random", rate=1000, speedup=4.0,

@@ -19,6 +19,22 @@ STOP_TIMEOUT_CONF = "spark.sql.streaming.stopTimeout"
 #: probe whose JVM was collecting its heap over and over (LR1T, asap, 45,255 rows/s on the 2-core VM)
 #: took 18 minutes to stop without one; Spark ends the query anyway once that batch returns.
 STOP_TIMEOUT_S = 60.0
+#: How long Spark waits before it asks the source again after a trigger found nothing to run (Spark's
+#: default 10 ms; read once, when the query starts).  An admission gate that holds data back is asked
+#: that often: the stream's polling interval (:func:`polling_confs`).
+POLLING_DELAY_CONF = "spark.sql.streaming.pollingDelay"
+
+
+def polling_confs(poll_s: float | None) -> dict[str, str]:
+    """The start confs under which Spark asks the source every ``poll_s`` wall seconds while nothing
+    is admitted (at least every millisecond); none for ``None`` (Spark's default).
+
+    >>> polling_confs(0.05), polling_confs(0.0001), polling_confs(None)
+    ({'spark.sql.streaming.pollingDelay': '50ms'}, {'spark.sql.streaming.pollingDelay': '1ms'}, {})
+    """
+    if poll_s is None:
+        return {}
+    return {POLLING_DELAY_CONF: f"{max(1, round(poll_s * 1000))}ms"}
 
 
 def start_query(
