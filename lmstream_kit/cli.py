@@ -858,7 +858,9 @@ def class_archive(rebuild, remove):
 
 
 def main(argv: Optional[list[str]] = None) -> int:
-    from .signals import StopSignal, stop_signals
+    import signal
+
+    from .signals import StopSignal, stop_received, stop_signals
 
     try:
         with stop_signals():  # SIGTERM and SIGHUP take Ctrl-C's clean path
@@ -877,6 +879,13 @@ def main(argv: Optional[list[str]] = None) -> int:
         return exc.exit_code
     except KeyboardInterrupt:
         return 130
+    except Exception:
+        name = stop_received()
+        if name is None:
+            raise
+        # a Ctrl-C (or stop signal) inside a call to Spark's JVM surfaces as that call's py4j error
+        click.echo("aborted" if name == "SIGINT" else f"stopped ({name})", err=True)
+        return 128 + int(getattr(signal, name))
     return 0
 
 

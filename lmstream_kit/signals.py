@@ -29,7 +29,7 @@ import signal
 import threading
 from collections.abc import Callable, Iterator
 
-__all__ = ["STOP_SIGNALS", "StopSignal", "deferred_stop", "shielded_children", "stop_signals"]
+__all__ = ["STOP_SIGNALS", "StopSignal", "deferred_stop", "shielded_children", "stop_received", "stop_signals"]
 
 #: the signals that stop a command like Ctrl-C (SIGINT keeps Python's own KeyboardInterrupt)
 STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGHUP") if hasattr(signal, name))
@@ -52,8 +52,28 @@ class StopSignal(KeyboardInterrupt):
         return 128 + self.signum
 
 
+#: the first stop (Ctrl-C, SIGTERM, SIGHUP) that reached :func:`stop_signals`' block, by name
+_received: list[str] = []
+
+
 def _raise(signum, _frame) -> None:
+    _received.append(signal.Signals(signum).name)
     raise StopSignal(signum)
+
+
+def _interrupt(signum, frame) -> None:
+    _received.append(signal.Signals(signum).name)
+    signal.default_int_handler(signum, frame)
+
+
+def stop_received() -> str | None:
+    """The name of the first stop signal :func:`stop_signals` saw (None: none yet).
+
+    A Ctrl-C that lands inside a call to Spark's JVM reaches the caller as py4j's error of that
+    call ("An error occurred while calling o19844.isActive"), not as KeyboardInterrupt: a command
+    asks this to tell an interrupted run from a failed one.
+    """
+    return _received[0] if _received else None
 
 
 def _in_main_thread() -> bool:
@@ -76,11 +96,13 @@ def _handled(signums, handler) -> Iterator[None]:
 
 @contextlib.contextmanager
 def stop_signals() -> Iterator[None]:
-    """Within the block, SIGTERM and SIGHUP raise :class:`StopSignal` in the main thread.
+    """Within the block, SIGTERM and SIGHUP raise :class:`StopSignal` in the main thread, Ctrl-C
+    its KeyboardInterrupt, and :func:`stop_received` names the first that came.
 
     Outside the main thread (where Python cannot set handlers) it does nothing.
     """
-    with _handled(STOP_SIGNALS, _raise):
+    _received.clear()  # a new command: no stop yet
+    with _handled((signal.SIGINT,), _interrupt), _handled(STOP_SIGNALS, _raise):
         yield
 
 

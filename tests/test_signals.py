@@ -110,3 +110,48 @@ def test_a_served_process_is_stopped_however_serving_ends(monkeypatch, capsys):
     with pytest.raises(KeyboardInterrupt):
         cli._serve_until_stopped(s, "thing", lambda: "ready")
     assert s.calls == ["start", "stop"] and capsys.readouterr().out == ""
+
+
+def test_a_stop_is_remembered_for_the_error_a_call_into_the_jvm_turns_it_into():
+    import time
+
+    from lmstream_kit.signals import stop_received
+
+    with stop_signals():
+        assert stop_received() is None
+        with pytest.raises(KeyboardInterrupt):
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(5)
+        assert stop_received() == "SIGINT"
+    with stop_signals():
+        assert stop_received() is None  # the next command starts without one
+
+
+@pytest.mark.parametrize("signum, said, code", [(signal.SIGINT, "aborted", 130), (signal.SIGTERM, "stopped (SIGTERM)", 143)])
+def test_the_cli_reports_a_stop_that_surfaced_as_a_py4j_error_in_one_line(monkeypatch, capsys, signum, said, code):
+    import time
+
+    from lmstream_kit import cli
+
+    def interrupted_call(**kwargs):  # py4j answers a call cut by the interrupt with its own error
+        try:
+            os.kill(os.getpid(), signum)
+            time.sleep(5)
+        except KeyboardInterrupt:
+            raise RuntimeError("An error occurred while calling o19844.isActive") from None
+
+    monkeypatch.setattr(cli.cli, "main", interrupted_call)
+    assert cli.main([]) == code
+    err = capsys.readouterr().err
+    assert err.strip() == said and "Traceback" not in err
+
+
+def test_the_cli_still_raises_an_error_no_stop_caused(monkeypatch):
+    from lmstream_kit import cli
+
+    def failing(**kwargs):
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(cli.cli, "main", failing)
+    with pytest.raises(RuntimeError, match="a bug"):
+        cli.main([])
