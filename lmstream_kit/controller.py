@@ -206,7 +206,9 @@ class AdmissionController(BatchController):
         chance to admit is one poll later (>= 0).  A LiveStream makes it Spark's
         wait between two asks of the gate while it holds data back (Spark's
         polling delay, fixed when the query starts: a live change moves the
-        estimate at once and Spark's polling at the query's next start).
+        estimate at once and Spark's polling at the query's next start), and
+        gives its controller 0.05 s unless told otherwise
+        (:data:`~lmstream_kit.policies.STREAM_POLL_INTERVAL_S`).
     quantile : float, default 0.95
         Quantile of past prediction residuals used as safety margin, in (0, 1).
     history : int, default 100

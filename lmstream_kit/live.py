@@ -475,14 +475,14 @@ class LiveStream(StreamControls):
         """Start the streaming query with the current workload and policy (from the checkpoint).
 
         Under a controller (the ``lmstream`` policy) Spark asks the gate every ``poll_interval_s``
-        (simulated; Spark's polling delay, set at the query's start) while it holds data back: the
-        interval the controller adds to its estimate is the one Spark keeps."""
+        (wall s, like all the controller's times; Spark's polling delay, set at the query's start)
+        while it holds data back: the interval the controller adds to its estimate is the one Spark
+        keeps."""
         from .engine.stream import polling_confs
 
         kwargs = dict(self._query_kwargs)
-        poll = getattr(self.controller, "poll_interval_s", None)
         kwargs["confs"] = {**(kwargs.get("confs") or {}),
-                           **polling_confs(None if poll is None else poll / self.speedup)}
+                           **polling_confs(getattr(self.controller, "poll_interval_s", None))}
         self.engine.start(workload=self.placement.strategy.query_workload(self.workload),
                           trigger_s=self.policy.trigger_s / self.speedup, **kwargs)
 

@@ -52,6 +52,18 @@ class AdmitAll(BatchController):
         )
 
 
+#: How often a stream's Spark asks the admission controller while it holds data back (wall s; Spark's
+#: polling delay, :func:`~lmstream_kit.engine.stream.polling_confs`).  At Spark's 10 ms the asks
+#: (JVM, source runner, decision) cost more than the batches on small loads: 1,000 rows/s, speedup
+#: 2, 2-core VM, lmstream, constant traffic, two runs each in the order 10, 50, 50, 10 ms
+#: (``benchmarks/results/poll-interval-*``; ``poll_interval_s`` 0.02 and 0.1 there, whose Spark
+#: polling was 10 and 50 ms), polling every 50 ms cut the asks 4x and the CPU per million rows from
+#: 191-243 to 135-168 s on LR2S, 117-149 to 73-78 s on CM1T and 495-613 to 482-523 s on LR1S (its
+#: batches, not its waits, cost most), with the same latencies and every batch within the bound.
+#: (The bare controller keeps 0.01 s, Spark's default, for the simulator and the seeded decisions.)
+STREAM_POLL_INTERVAL_S = 0.05
+
+
 @dataclass(frozen=True)
 class Policy:
     """How micro-batches are triggered and admitted.
@@ -66,9 +78,11 @@ class Policy:
     uses_controller: bool
 
     def make_gate(self, *, slide_s: float, controller_params: dict | None = None):
-        """A fresh gate for one stream: the controller, or :class:`AdmitAll`."""
+        """A fresh gate for one stream: the controller (polling every :data:`STREAM_POLL_INTERVAL_S`
+        unless ``controller_params`` say otherwise), or :class:`AdmitAll`."""
         if self.uses_controller:
-            return AdmissionController(slide_s=slide_s, **(controller_params or {}))
+            return AdmissionController(slide_s=slide_s, **{"poll_interval_s": STREAM_POLL_INTERVAL_S,
+                                                           **(controller_params or {})})
         return AdmitAll(reason=self.name)
 
 

@@ -122,12 +122,12 @@ def test_lmstream_keeps_max_latency_under_the_slide(spark, tmp_path, request, fe
 
 @pytest.mark.timing
 def test_spark_asks_the_gate_once_per_poll_interval_while_it_holds_data_back(spark, tmp_path):
-    """The controller's poll interval (simulated s) is Spark's polling delay (wall s): at 1 s and 10x
-    Spark waits 100 ms between asks, not its default 10 ms."""
+    """The controller's poll interval (wall s) is Spark's polling delay: at 0.1 s Spark waits 100 ms
+    between asks, not its default 10 ms; a stream's default is 50 ms."""
     import time
 
     s = LiveStream("LR2S", policy="lmstream", traffic="constant", rate=500, speedup=10,
-                   controller={"poll_interval_s": 1.0}, run_dir=tmp_path / "poll", spark=spark).start()
+                   controller={"poll_interval_s": 0.1}, run_dir=tmp_path / "poll", spark=spark).start()
     began = time.monotonic()
     try:
         assert s.engine.query._jsq.streamingQuery().pollingDelayMs() == 100
