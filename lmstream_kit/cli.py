@@ -884,8 +884,9 @@ def main(argv: Optional[list[str]] = None) -> int:
         if name is None:
             raise
         # a Ctrl-C (or stop signal) inside a call to Spark's JVM surfaces as that call's py4j error
-        click.echo("aborted" if name == "SIGINT" else f"stopped ({name})", err=True)
-        return 128 + int(getattr(signal, name))
+        stop = StopSignal(signal.Signals[name])
+        click.echo("aborted" if stop.signum == signal.SIGINT else f"stopped ({stop.name})", err=True)
+        return stop.exit_code
     return 0
 
 

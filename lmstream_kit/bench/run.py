@@ -71,7 +71,8 @@ class _Runner:
         """After a run failed: where the session was lost with it (Spark's JVM exited, out of heap or
         by Spark's own exit, or Spark stopped its context), start a new session and return why the
         old one went; None where the session still runs (the failure was the stream's).  A run whose
-        query did not stop has its new session already (:attr:`stuck`).  ``lost_to_heap`` says whether the old JVM ran out of heap (None: its exit code is unknown)."""
+        query did not stop has its new session already (:attr:`stuck`).  ``lost_to_heap`` says
+        whether the old JVM ran out of heap (None: its exit code is unknown)."""
         if self.engine is None:
             return None
         if self.stuck is not None:  # run() put the session whose query did not stop by a new one
@@ -318,9 +319,8 @@ def run_bench(
                     failed = one_line(exc)
                     metrics = metrics_so_far(run_dir)
                     cpu = None
-                else:
-                    if runner.stuck is not None:  # measured; its query outlived the stop, a new JVM runs on
-                        meta.setdefault("restarts", []).append(f"{label}: the query did not stop: {runner.stuck}")
+                if failed is None and runner.stuck is not None:  # measured; its query outlived the stop
+                    meta.setdefault("restarts", []).append(f"{label}: the query did not stop: {runner.stuck}")
                 row = cell_row(metrics, workload=workload, policy=cell["policy"], traffic=cell["traffic"],
                                rep=cell["rep"], seed=seed, rate=cell["rate"], speedup=cfg.speedup,
                                duration_s=cfg.duration_s, cpu=cpu)
