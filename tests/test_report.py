@@ -749,3 +749,31 @@ def test_the_stored_sweep_brackets_every_capacity_it_can_and_names_its_one_batch
     assert table.loc["LR2S", "capacity_fixed"] == "297–324 (bracketed, 2 reps)"
     assert table.loc["LR1T", "note"] == "lmstream at 12,338: a failed run had 1 of its 6 batches over the bound"
     assert meta["config"]["controller"] == {"quantile": 0.97, "min_margin_s": 0.5}
+
+
+def test_claim_1b_asks_whether_the_fixed_triggers_latency_grew_not_only_how_far_over_the_bound_it_is():
+    def over(policy, max_lat, within):
+        return {"query": "LR2S", "window_kind": "sliding", "policy": policy, "traffic": "constant", "rep": 0,
+                "rate": 128000.0, "load": "overload", "bound_s": 5.0, "max_latency_s": max_lat,
+                "within_bound": within, "avg_latency_s": 2.0, "throughput_rows_s": 1.0, "batches": 12}
+
+    def batches(fixed_latencies):
+        rows = [{"query": "LR2S", "policy": "fixed", "traffic": "constant", "rep": 0, "rate": 128000.0,
+                 "load": "overload", "t_s": 5.0 * i, "max_latency_s": v} for i, v in enumerate(fixed_latencies)]
+        rows += [{"query": "LR2S", "policy": "lmstream", "traffic": "constant", "rep": 0, "rate": 128000.0,
+                  "load": "overload", "t_s": 2.0 * i, "max_latency_s": 4.0} for i in range(20)]
+        return pd.DataFrame(rows)
+
+    results = pd.DataFrame([over("fixed", 16.0, 0.0), over("lmstream", 4.9, 1.0)])
+    # a first batch soon after the start, then one more second every batch: it falls behind
+    growing = [0.3] + [5.0 + i for i in range(11)]
+    row = claim_row(claims(results, None, batches(growing)), "1b")
+    assert row["agrees"] is True
+    assert "went from 5 to 15 s over its batches 2-12 (+1 s a batch; largest 16 s, 0% within the 5 s bound)" \
+        in row["ours"]
+    # 11-12 s every batch: three bounds over it, but flat: it keeps up, and that is not Fig. 1
+    flat = [0.3] + [11.0 + 0.5 * (i % 2) for i in range(11)]
+    row = claim_row(claims(results, None, batches(flat)), "1b")
+    assert row["agrees"] is False and ": flat, it keeps up;" in row["ours"]
+    # without the batches the claim falls back on the share within the bound and the largest latency
+    assert claim_row(claims(results), "1b")["agrees"] is True

@@ -133,7 +133,7 @@ def build_report(
             body = _missing_note(missing)
         parts.append(f"<figure>\n{body}\n<figcaption>{html.escape(caption)}</figcaption>\n</figure>")
 
-    claims_table = claims(all_results, capacity)
+    claims_table = claims(all_results, capacity, all_batches)
     goals_html = _html_table(_goals_display(goals(all_results, capacity, trigger_s=meta.get("trigger_s"), batches=all_batches)))
     near = split_load(all_results, "capacity")[1]
     near_html = "" if near.empty else (
@@ -321,7 +321,7 @@ def reproduction_markdown(
         "",
     ]
     out += [f"- **{label}**: {_md_cell(text)}" for label, text in _meta_items(meta)]
-    out += ["", "## Claims", "", _md_table(_claims_display(claims(all_results, capacity))), ""]
+    out += ["", "## Claims", "", _md_table(_claims_display(claims(all_results, capacity, all_batches))), ""]
     out += ["## Goals", "", CAPTIONS["goals"], "",
             _md_table(_goals_display(goals(all_results, capacity, trigger_s=meta.get("trigger_s"), batches=all_batches))), ""]
     near = split_load(all_results, "capacity")[1]
