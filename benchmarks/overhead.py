@@ -1,10 +1,13 @@
 """Measure the kit's per-micro-batch overhead and Spark's own per-batch floor.
 
     .venv/bin/python benchmarks/overhead.py --seconds 60 --out benchmarks/results
+    .venv/bin/python benchmarks/overhead.py --decide-only      # 1 and 1b, no Spark, about 20 s
 
 Writes ``overhead-<host>-<date>.json`` and prints a table.  What it measures:
 
 1. ``decide()`` of the AdmissionController for 10 and 100 pending datasets (µs);
+1b. ``decide()`` as a stream's gate calls it: every millisecond, beside a busy Python thread, with a
+   learned heap forecast, ``heap_admit`` off and on (mean, median and p99 µs);
 2. the channel round trip between two processes on 127.0.0.1, the way Spark's
    source runner reaches the driver (µs, p50 and p99);
 3. a real LR2S stream under ``lmstream`` on embedded Spark: per batch, the
@@ -52,6 +55,47 @@ def bench_decide(n_pending: int, repeat: int = 20000) -> dict:
     for _ in range(repeat):
         ctl.decide(now, pending)
     return {"n_pending": n_pending, "decide_us": (time.perf_counter() - t0) / repeat * 1e6}
+
+
+def bench_decide_beside_a_thread(heap_admit: bool, repeat: int = 3000) -> dict:
+    """``decide()`` as the gate calls it in a stream: one poll every millisecond, while another Python
+    thread of the process runs (in a stream, the channel's server, the progress listener, the
+    optimizer), with a heap forecast learned from 30 batches' progress (what ``heap_admit`` asks at
+    each poll).  Wall µs per call: mean, median and 99th percentile."""
+    import threading
+
+    mb = 2**20
+    ctl = AdmissionController(slide_s=5.0, poll_interval_s=0.05, heap_admit=heap_admit)
+    for i in range(30):
+        ctl.observe(BatchObservation(rows=6000, nbytes=400_000, processing_s=0.3, max_latency_s=4.5, batch_id=i))
+        ctl.on_progress({"batchId": i, "numInputRows": 6000, "eden_used_bytes": (100 + i) * mb,
+                         "eden_committed_bytes": 245 * mb, "old_used_bytes": (400 + i) * mb,
+                         "old_committed_bytes": 2700 * mb, "survivor_used_bytes": mb,
+                         "survivor_committed_bytes": 10 * mb, "jvm_gc_count": 1, "jvm_full_gc_count": 0,
+                         "jvm_gc_ms": 10})
+    now = time.time()
+    pending = [SimpleNamespace(arrival=now - 0.01 * i, rows=20, nbytes=1500) for i in range(300)]
+    stop = threading.Event()
+
+    def busy() -> None:
+        while not stop.is_set():
+            sum(range(200))
+
+    thread = threading.Thread(target=busy, daemon=True)
+    thread.start()
+    times = []
+    try:
+        for _ in range(repeat):
+            t0 = time.perf_counter()
+            ctl.decide(now, pending)
+            times.append(time.perf_counter() - t0)
+            time.sleep(0.001)
+    finally:
+        stop.set()
+        thread.join()
+    return {"heap_admit": heap_admit, "n_pending": len(pending), "repeat": repeat,
+            "mean_us": statistics.fmean(times) * 1e6, "p50_us": pct(times, 0.5) * 1e6,
+            "p99_us": pct(times, 0.99) * 1e6}
 
 
 class _Echo:
@@ -191,7 +235,26 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=60, help="wall seconds of each stream")
     ap.add_argument("--speedup", type=float, default=2.0)
     ap.add_argument("--out", type=Path, default=Path("benchmarks/results"))
+    ap.add_argument("--decide-only", action="store_true",
+                    help="only decide(), alone and beside a busy thread with heap_admit off and on (no Spark)")
     args = ap.parse_args()
+    if args.decide_only:
+        result = {
+            "machine": {"host": platform.node(), "cpus": os.cpu_count(), "python": platform.python_version(),
+                        "platform": platform.platform()},
+            "date": time.strftime("%Y-%m-%d %H:%M:%S"),
+            "decide": [bench_decide(10), bench_decide(100)],
+            # in turn, twice each: the machine's noise shows as the spread of a pair
+            "decide_beside_a_thread": [bench_decide_beside_a_thread(heap) for heap in (False, True, False, True)],
+        }
+        for row in result["decide_beside_a_thread"]:
+            print(f"heap_admit={row['heap_admit']!s:5}  mean {row['mean_us']:6.0f} us  median {row['p50_us']:5.0f} us"
+                  f"  p99 {row['p99_us']:6.0f} us")
+        args.out.mkdir(parents=True, exist_ok=True)
+        path = args.out / f"overhead-decide-{platform.node()}-{time.strftime('%Y%m%d-%H%M%S')}.json"
+        path.write_text(json.dumps(result, indent=2) + "\n")
+        print(f"wrote {path}")
+        return
     import pyspark
 
     result = {

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import statistics
 import threading
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
@@ -497,6 +498,11 @@ class HeapForecast:
         self._batch_promoted: deque[float] = deque(maxlen=history)  # old-generation bytes a batch left
         self._full_pauses: deque[float] = deque(maxlen=FULL_PAUSES_KEPT)  # collection s of full-collection batches
         self._last: dict[str, float] | None = None
+        # what features() reads, computed once per batch here and not at each of the gate's polls: a
+        # numpy call there waited for the GIL behind the process's other threads (a poll cost 330
+        # us on average with heap_admit on against 54 without, in the sweep paper-collected-heap)
+        self._alloc_per_row: float | None = None  # the median of _alloc
+        self._promoted_per_row = 0.0  # the PROMOTION_QUANTILE of _promoted
 
     def observe(self, progress: Mapping[str, Any], rows: float | None = None) -> None:
         """Spark's progress of a batch (with the heap after it); one without the heap's fields is skipped.
@@ -521,20 +527,21 @@ class HeapForecast:
         allocated = now["eden_used_bytes"] - last["eden_used_bytes"] + collections * last["eden_committed_bytes"]
         if allocated >= 0:
             self._alloc.append(allocated / rows)
+            self._alloc_per_row = statistics.median(self._alloc)
         if full == 0 and now["old_used_bytes"] >= last["old_used_bytes"]:
             self._promoted.append((now["old_used_bytes"] - last["old_used_bytes"]) / rows)
             self._batch_promoted.append(now["old_used_bytes"] - last["old_used_bytes"])
+            # a high quantile of the promotion: a batch that promotes more than most is the one that overflows
+            self._promoted_per_row = nearest_rank_quantile(list(self._promoted), PROMOTION_QUANTILE)
 
     def features(self, rows: float) -> dict[str, float]:
         """``young_gc_due`` and ``full_gc_due`` for a batch of ``rows`` rows admitted now ({} before any rate)."""
-        last = self._last
-        if last is None or not self._alloc:
+        last, alloc = self._last, self._alloc_per_row
+        if last is None or alloc is None:
             return {}
         rows = max(0.0, float(rows))
-        young = last["eden_used_bytes"] + float(np.median(self._alloc)) * rows > last["eden_committed_bytes"]
-        # a high quantile of the promotion: a batch that promotes more than most is the one that overflows
-        promoted = nearest_rank_quantile(list(self._promoted), PROMOTION_QUANTILE) * rows if self._promoted else 0.0
-        full = last["old_used_bytes"] + promoted > last["old_committed_bytes"]
+        young = last["eden_used_bytes"] + alloc * rows > last["eden_committed_bytes"]
+        full = last["old_used_bytes"] + self._promoted_per_row * rows > last["old_committed_bytes"]
         return {"young_gc_due": float(young), "full_gc_due": float(full)}
 
     def collection_near(self, factor: float = COLLECTION_NEAR_FACTOR) -> bool:

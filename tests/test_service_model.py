@@ -335,3 +335,32 @@ def test_the_heap_forecast_learns_per_admitted_row_not_per_spark_input_row():
     assert by_rows.features(3000) == {"young_gc_due": 0.0, "full_gc_due": 0.0}
     assert by_rows.features(7000) == {"young_gc_due": 1.0, "full_gc_due": 0.0}
     assert by_spark.features(7000) == {"young_gc_due": 0.0, "full_gc_due": 0.0}
+
+
+def test_the_heap_forecast_computes_its_quantiles_once_per_batch_not_at_each_poll(monkeypatch):
+    """The gate asks for the forecast at every poll (heap_admit); it must not sort or call numpy there:
+    behind the process's other threads a numpy call waited for the GIL (7 ms at the 99th percentile)."""
+    from lmstream_kit import service_model
+    from lmstream_kit.service_model import HeapForecast
+
+    mb = 2**20
+
+    def progress(eden, old, young=0):
+        return {"numInputRows": 3000, "eden_used_bytes": eden * mb, "eden_committed_bytes": 100 * mb,
+                "old_used_bytes": old * mb, "old_committed_bytes": 500 * mb, "jvm_gc_count": young,
+                "jvm_full_gc_count": 0}
+
+    h = HeapForecast()
+    for eden, old in ((10, 300), (40, 330), (70, 360), (5, 420)):
+        h.observe(progress(eden, old, young=int(eden < 10)))
+    asked = {rows: h.features(rows) for rows in (1000, 7000, 20000)}
+    assert asked[1000] == {"young_gc_due": 0.0, "full_gc_due": 0.0}
+    assert asked[20000] == {"young_gc_due": 1.0, "full_gc_due": 1.0}
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a quantile computed at a poll")
+
+    monkeypatch.setattr(service_model, "np", None)
+    monkeypatch.setattr(service_model, "nearest_rank_quantile", refuse)
+    monkeypatch.setattr(service_model.statistics, "median", refuse)
+    assert {rows: h.features(rows) for rows in asked} == asked
