@@ -111,7 +111,8 @@ def main() -> None:
         print(f"{row['quantile']:<8}  {row['late']:4d}  {row['late_share']:6.2%}  {row['mean_margin_share_of_bound']:.3f}")
     result = {"machine": {"host": platform.node(), "python": platform.python_version()},
               "date": time.strftime("%Y-%m-%d %H:%M:%S"), "simulated": "replay of recorded batches",
-              "benches": [str(b) for b in args.benches], "probes": args.probes, "runs": len(runs), "recorded": recorded, "quantiles": rows}
+              "benches": [str(b) for b in args.benches], "probes": args.probes, "runs": len(runs),
+              "recorded": recorded, "quantiles": rows}
     args.out.mkdir(parents=True, exist_ok=True)
     path = args.out / f"margin-replay-{platform.node()}-{time.strftime('%Y%m%d-%H%M%S')}.json"
     path.write_text(json.dumps(result, indent=2) + "\n")

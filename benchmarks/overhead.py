@@ -250,10 +250,7 @@ def main() -> None:
         for row in result["decide_beside_a_thread"]:
             print(f"heap_admit={row['heap_admit']!s:5}  mean {row['mean_us']:6.0f} us  median {row['p50_us']:5.0f} us"
                   f"  p99 {row['p99_us']:6.0f} us")
-        args.out.mkdir(parents=True, exist_ok=True)
-        path = args.out / f"overhead-decide-{platform.node()}-{time.strftime('%Y%m%d-%H%M%S')}.json"
-        path.write_text(json.dumps(result, indent=2) + "\n")
-        print(f"wrote {path}")
+        _write(result, args.out, "overhead-decide")
         return
     import pyspark
 
@@ -276,8 +273,13 @@ def main() -> None:
     result["spark_builtin_floor"] = bench_builtin_floor(spark, min(args.seconds, 30))
     spark.stop()
     print(json.dumps(result["spark_builtin_floor"]), flush=True)
-    args.out.mkdir(parents=True, exist_ok=True)
-    path = args.out / f"overhead-{platform.node()}-{time.strftime('%Y%m%d-%H%M%S')}.json"
+    _write(result, args.out, "overhead")
+
+
+def _write(result: dict, out: Path, stem: str) -> None:
+    """``result`` as ``<stem>-<host>-<time>.json`` in ``out``."""
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / f"{stem}-{platform.node()}-{time.strftime('%Y%m%d-%H%M%S')}.json"
     path.write_text(json.dumps(result, indent=2) + "\n")
     print(f"wrote {path}")
 
