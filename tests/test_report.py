@@ -742,8 +742,8 @@ def test_the_stored_sweep_brackets_every_capacity_it_can_and_names_its_one_batch
     table = capacity_table(capacity).set_index("query")
     assert list(table.index) == ["LR1S", "LR1T", "LR2S", "CM1S", "CM1T", "CM2S"]
     # lmstream searched again at the kit's 50 ms polling: at least asap's where both are bracketed or open
-    assert table.loc["LR1S", "capacity_lmstream"] == "3,668–4,000 (not converged, 1 rep)"
-    assert table.loc["LR1S", "lmstream/asap"] == "1.19–1.41×" and table.loc["CM1S", "lmstream/asap"] == "≥ 1.54×"
+    assert table.loc["LR1S", "capacity_lmstream"] == "3,363–3,668 (bracketed, 2 reps)"
+    assert table.loc["LR1S", "lmstream/asap"] == "1.09–1.30×" and table.loc["CM1S", "lmstream/asap"] == "≥ 1.54×"
     assert table.loc["LR1T", "lmstream/asap"] == "0.84–1.00×"
     assert table.loc["LR1T", "note"] == "lmstream at 29,344: a failed run had 1 of its 10 batches over the bound"
     for query in ("LR2S", "CM1S", "CM1T", "CM2S"):
