@@ -238,10 +238,11 @@ def main() -> None:
     ap.add_argument("--decide-only", action="store_true",
                     help="only decide(), alone and beside a busy thread with heap_admit off and on (no Spark)")
     args = ap.parse_args()
+    machine = {"host": platform.node(), "cpus": os.cpu_count(), "python": platform.python_version(),
+               "platform": platform.platform()}
     if args.decide_only:
         result = {
-            "machine": {"host": platform.node(), "cpus": os.cpu_count(), "python": platform.python_version(),
-                        "platform": platform.platform()},
+            "machine": machine,
             "date": time.strftime("%Y-%m-%d %H:%M:%S"),
             "decide": [bench_decide(10), bench_decide(100)],
             # in turn, twice each: the machine's noise shows as the spread of a pair
@@ -255,8 +256,7 @@ def main() -> None:
     import pyspark
 
     result = {
-        "machine": {"host": platform.node(), "cpus": os.cpu_count(), "python": platform.python_version(),
-                    "pyspark": pyspark.__version__, "platform": platform.platform()},
+        "machine": {**machine, "pyspark": pyspark.__version__},
         "date": time.strftime("%Y-%m-%d %H:%M:%S"),
         "decide": [bench_decide(10), bench_decide(100)],
         "channel": bench_channel(),

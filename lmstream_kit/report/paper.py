@@ -14,7 +14,10 @@ from collections.abc import Mapping, Sequence
 
 import pandas as pd
 
-from ..plots.bench import PAPER_TIMELINE_QUERIES  # noqa: F401  (the paper's choice, used by the figures)
+from ..plots.bench import (  # Fig. 1's time axis, and the paper's choice of queries (used by the figures)
+    PAPER_TIMELINE_QUERIES,  # noqa: F401
+    _time_axis,
+)
 from .common import PASS_SHARE, _empty, _finite, _keys, _mean_over_reps, _ordered, _policies
 from .tables import _ratio_range, _ratio_text, capacity_brackets, time_shares
 
@@ -50,8 +53,8 @@ GROWTH_MIN_RISE = 0.1
 def latency_growth(batches: pd.DataFrame | None, skip_first: int = 0, skip_last: int = 0) -> dict | None:
     """How one cell's maximum latency per micro-batch moved over its run (Fig. 1's question).
 
-    The batches are taken in time order (``t_s``, else ``batch_id``), the first ``skip_first``
-    and the last ``skip_last`` left out (under constant traffic a fixed trigger's first batch
+    The batches are taken in time order (Fig. 1's axis: ``t_s``, else ``batch_id``), the first
+    ``skip_first`` and the last ``skip_last`` left out (under constant traffic a fixed trigger's first batch
     comes at a tick soon after the stream's start, and its last after the traffic ended: each
     holds part of an interval's rows, so its latency is no part of a trend).  ``slope_s`` is the
     least-squares slope of ``max_latency_s`` per batch, ``t`` its t statistic (inf for a
@@ -69,10 +72,9 @@ def latency_growth(batches: pd.DataFrame | None, skip_first: int = 0, skip_last:
     """
     if _empty(batches) or "max_latency_s" not in batches:
         return None
-    order = "t_s" if "t_s" in batches else ("batch_id" if "batch_id" in batches else None)
-    frame = batches.assign(_y=pd.to_numeric(batches["max_latency_s"], errors="coerce"))
-    if order is not None:
-        frame = frame.assign(_o=pd.to_numeric(frame[order], errors="coerce")).sort_values("_o", kind="stable")
+    frame = batches.assign(_y=pd.to_numeric(batches["max_latency_s"], errors="coerce"),
+                           _o=pd.to_numeric(pd.Series(_time_axis(batches)).to_numpy(), errors="coerce"))
+    frame = frame.sort_values("_o", kind="stable")
     y = [float(v) for v in frame["_y"] if _finite(v)]
     total = len(y)
     y = y[skip_first:total - skip_last]
