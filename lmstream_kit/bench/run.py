@@ -396,10 +396,17 @@ def _cell_label(query: str, cell: dict) -> str:
 
 
 def _cell_dir(query: str, cell: dict) -> str:
-    """A cell's run directory name: ``Q-policy-traffic-rN``, with ``-overload`` or ``-at-RATE`` for those loads."""
+    """A cell's run directory name: ``Q-policy-traffic-rN``, with ``-overload-RATE`` or ``-at-RATE`` for those loads.
+
+    The rate is in the name so that a resumed bench whose overload rate changed keeps the old cells'
+    runs (a kept cell's row names its own directory, ``-overload`` in benches before the rate was).
+
+    >>> _cell_dir("LR2S", {"policy": "fixed", "traffic": "constant", "rep": 0, "load": "overload", "rate": 192000.0})
+    'LR2S-fixed-constant-r0-overload-192000'
+    """
     name = f"{query}-{cell['policy']}-{cell['traffic']}-r{cell['rep']}"
     if cell["load"] == "overload":
-        return f"{name}-overload"
+        return f"{name}-overload-{cell['rate']:g}"
     if cell["load"] == "capacity":
         return f"{name}-at-{cell['rate']:g}"
     return name
