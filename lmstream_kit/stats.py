@@ -183,6 +183,24 @@ class ServiceTimeModel:
         return (self._p, self._q)
 
     @property
+    def line(self) -> tuple[float, float] | None:
+        """``(intercept, slope)`` of the cost of a batch as a line in its bytes: the OLS line, or before
+        it the proportional rule's average cost per byte through the origin (its flat part below the
+        mean size left out); None before any observation or where every batch had 0 bytes.
+
+        >>> m = ServiceTimeModel()
+        >>> m.line is None
+        True
+        >>> m.update(100, 1.0); m.line
+        (0.0, 0.01)
+        """
+        if self._mode == "ols":
+            return (self._p, self._q)
+        if self._mode == "proportional" and self._q > 0.0:
+            return (0.0, self._p / self._q)
+        return None
+
+    @property
     def prior_s(self) -> float:
         """Prediction used while no observation is held."""
         return self._prior_s

@@ -532,6 +532,7 @@ def test_params_and_snapshot_json():
         "window_target_s": 0.0,
         "close_period_s": 0.0,
         "lateness_s": 0.0,
+            "close_horizon": True,
         "service_model": "bytes",
         "window_period_s": 0.0,
         "gc_margin": False,

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from types import SimpleNamespace as NS
 
+import pytest
+
 from lmstream_kit.controller import AdmissionController, BatchObservation
 from lmstream_kit.results import WindowResults
 
@@ -63,6 +65,63 @@ def test_a_stream_that_starts_inside_a_window_does_not_close_the_empty_one_befor
     w.after_batch(NS(completed_at=13.0))
     w.before_batch(NS(datasets=[]))
     assert w.after_batch(NS(completed_at=13.1))["closed_window_end"] == 120.0
+
+
+def fitted_gate(**kw):
+    """CM1T at speedup 10 (the window [0, 60) closes with second 65, arriving at 6.5 s), a 6 s target and
+    a model that predicts 0.05 s + 50 us per byte (seen exactly; no margin)."""
+    c = window_gate(window_target_s=6.0, prior_processing_s=0.1, cold_start=0, interval_margin=False, **kw)
+    for nbytes, seconds in ((1000, 0.1), (2000, 0.15), (4000, 0.25)):
+        c.observe(BatchObservation(rows=10, nbytes=nbytes, processing_s=seconds, max_latency_s=1.0))
+    assert c.model.coefficients == pytest.approx((0.05, 5e-5)) and c.margin_s == 0.0
+    return c
+
+
+def fed(lo, hi, nbytes=1000):
+    return [ds(s, s / 10, nbytes) for s in range(lo, hi)]
+
+
+def test_before_a_close_batches_are_admitted_early_enough_to_end_by_it():
+    # 10,000 B a wall second: rho = 0.5 s of processing per wall s of data. Everything pending at the
+    # close (seconds 0..64, 3.3 s) is far more than an asap batch (~0.1 s), so the rule acts: it admits
+    # seconds 0..k-1 once now + poll + predicted / (1 - rho) reaches 6.5 s
+    c = fitted_gate()
+    assert c.decide(3.105, fed(0, 32)).reason == "wait"    # 3.105 + 0.01 + 2 * 1.65 = 6.415
+    d = c.decide(3.205, fed(0, 33))                        # 3.205 + 0.01 + 2 * 1.70 = 6.615
+    assert (d.admit, d.reason, d.take) == (True, "close", None)
+    # that batch ends at ~4.9 s; what came meanwhile goes at once, and so on, each batch shorter
+    assert c.decide(4.905, fed(33, 50)).reason == "close"  # 0.9 s predicted: 4.905 + 0.01 + 1.8 >= 6.5
+    assert c.decide(5.81, fed(50, 59)).reason == "close"
+    # the closing data is admitted as before, then the batch that emits the window
+    assert c.decide(6.51, fed(59, 66)).reason == "window"
+    assert c.decide(6.9, fed(66, 70)).reason == "emit"
+    # the next window closes with second 125 (12.5 s): early in it the data waits again
+    assert c.decide(7.5, fed(70, 75)).reason == "wait"
+
+
+def test_without_close_horizon_the_same_stream_waits_for_the_target():
+    c = fitted_gate(close_horizon=False)
+    assert c.decide(3.205, fed(0, 33)).reason == "wait"
+    assert c.decide(4.005, fed(0, 41)).reason == "admit"   # 4.005 + 2.1 + 0.01 >= 6: a 2.1 s batch
+    # the rule is a live parameter
+    c.mutate({"close_horizon": True})
+    assert c.decide(5.105, fed(41, 52)).reason == "wait"   # 5.105 + 0.01 + 2 * 0.60 = 6.315
+    assert c.decide(5.205, fed(41, 53)).reason == "close"  # 5.205 + 0.01 + 2 * 0.65 = 6.515
+
+
+def test_at_a_low_rate_the_close_rule_keeps_out_of_the_way():
+    # 100 B a wall second: everything pending at the close takes ~0.08 s, less than two asap batches
+    c = fitted_gate()
+    assert c.decide(5.5, fed(10, 55, nbytes=10)).reason == "wait"
+    assert c.decide(6.51, fed(10, 66, nbytes=10)).reason == "window"
+
+
+def test_where_the_data_outruns_the_model_everything_goes_at_once():
+    # 200,000 B a wall second: 10 s of processing per wall s (rho >= CLOSE_RHO_MAX), batches cannot shrink
+    c = fitted_gate()
+    assert c.decide(0.15, fed(0, 2, nbytes=20000)).reason == "close"
+    # one dataset tells no rate: the last one seen serves
+    assert c.decide(0.25, fed(2, 3, nbytes=20000)).reason == "close"
 
 
 def test_the_paper_rule_and_data_without_a_second_never_close_a_window():
