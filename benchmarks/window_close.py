@@ -14,26 +14,26 @@ This script lists every window a cell emitted (the batch that emitted it, its re
 batches the window's data went in and why they were admitted), so the first window after a start
 is told apart from the ones after it, and prints each cell's CPU seconds per million rows.  It
 reads the benches' ``results.parquet`` and the cells' ``metrics.jsonl``; it runs nothing.  Writes
-``window-close-<host>-<time>.json`` into ``--out`` (default: the first bench's parent).
+``window-close-<host>-<time>.json`` and ``.csv`` into ``--out`` (default: the first bench's parent).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import platform
-import time
+import sys
 from collections import Counter
 from pathlib import Path
 
-import pandas as pd
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from lmstream_kit.bench.outputs import load_bench, write_run_results  # noqa: E402
+from lmstream_kit.metrics import read_journal  # noqa: E402
 
 
 def windows_of(run: Path) -> list[dict]:
     """The windows a cell emitted, in order, each with the reasons of the batches since the last one."""
     out, reasons = [], Counter()
-    for line in (run / "metrics.jsonl").read_text().splitlines():
-        r = json.loads(line)
+    for r in read_journal(run / "metrics.jsonl"):
         if r.get("rows"):
             reasons[str(r.get("decision_reason"))] += 1
         if r.get("windows_closed"):
@@ -45,18 +45,14 @@ def windows_of(run: Path) -> list[dict]:
 
 
 def cells_of(bench: Path) -> list[dict]:
-    config = json.loads((bench / "bench-config.json").read_text())["config"]
-    table = pd.read_parquet(bench / "results.parquet")
-    cells = []
-    for row in table.to_dict("records"):
-        cells.append({
-            "bench": str(bench), "query": row["query"], "policy": row["policy"], "rate": row["rate"],
-            "controller": config.get("controller") or {},
-            "batches": int(row["batches"]), "cpu_s_per_mrows": round(float(row["cpu_s_per_mrows"]), 3),
-            "within_bound": float(row["within_bound"]), "mean_result_latency_s": float(row["result_latency_s"]),
-            "windows": windows_of(bench / row["run_dir"]),
-        })
-    return cells
+    results, _, _, meta = load_bench(bench)
+    controller = meta.get("config", {}).get("controller") or {}
+    return [{
+        "bench": str(bench), "query": row["query"], "policy": row["policy"], "rate": row["rate"],
+        "controller": controller, "batches": int(row["batches"]),
+        "cpu_s_per_mrows": round(float(row["cpu_s_per_mrows"]), 3), "within_bound": float(row["within_bound"]),
+        "mean_result_latency_s": float(row["result_latency_s"]), "windows": windows_of(bench / row["run_dir"]),
+    } for row in results.to_dict("records")]
 
 
 def main(argv=None) -> int:
@@ -66,11 +62,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     cells = [c for bench in args.benches for c in cells_of(bench)]
     out = args.out or args.benches[0].resolve().parent
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    path = out / f"window-close-{platform.node() or 'host'}-{stamp}.json"
-    path.write_text(json.dumps({"machine": {"host": platform.node(), "cpus": __import__("os").cpu_count(),
-                                            "python": platform.python_version()},
-                                "cells": cells}, indent=1, default=str))
+    path = write_run_results(out, "window-close", {"benches": [str(b) for b in args.benches]}, cells)
     for c in cells:
         latencies = ", ".join(f"{w['result_latency_s']:.2f}" for w in c["windows"])
         print(f"{Path(c['bench']).name:>6} {c['query']} {c['policy']:<9} {c['batches']:>4} batches  "

@@ -791,18 +791,20 @@ class AdmissionController(BatchController):
         """``close_horizon`` (lock held): whether to admit ``pending`` now so that the batches running when
         ``close_second`` arrives are short (see the parameter)."""
         rates = self._arrival_rates
-        timed = [(float(d.second), float(d.arrival)) for d in pending if getattr(d, "second", None) is not None]
-        if newest > oldest and len(timed) >= 2 and timed[-1][0] > timed[0][0] and timed[-1][1] > timed[0][1]:
+        # the oldest and newest datasets with an event second (_window_close found at least one)
+        first = next(d for d in pending if getattr(d, "second", None) is not None)
+        last = next(d for d in reversed(pending) if getattr(d, "second", None) is not None)
+        if newest > oldest and last.second > first.second and last.arrival > first.arrival:
             rates = ((nbytes - pending[0].nbytes) / (newest - oldest),
-                     (timed[-1][0] - timed[0][0]) / (timed[-1][1] - timed[0][1]))
+                     (last.second - first.second) / (last.arrival - first.arrival))
             self._arrival_rates = rates
-        if not self._p["close_horizon"] or rates is None or rates[1] <= 0.0:
+        if not self._p["close_horizon"] or rates is None:
             return False
         line = self._model.line
         if line is None:
             return False  # no batch seen: nothing tells what the batches before the close will take
         byte_rate, seconds_rate = rates
-        closes_at = timed[-1][1] + (close_second - timed[-1][0]) / seconds_rate  # the closing data's arrival
+        closes_at = float(last.arrival) + (close_second - float(last.second)) / seconds_rate  # the closing data's arrival
         intercept, slope = line
         rho = slope * byte_rate  # s of processing per wall s of arriving data
         if rho >= CLOSE_RHO_MAX:
