@@ -271,10 +271,12 @@ BENCH_PRESETS = {
     # bracket's two bounds a second run each, and room for the third run of a tied rate
     "paper": {"duration": 120.0, "speedup": 2.0, "rate": 1000.0, "capacity": True, "capacity_duration": 120.0,
               "capacity_probes": 16, "capacity_max_rate": 128000.0, "capacity_budget": 6 * 3600.0,
-              # Fig. 1's load: LR2S at 192,000 rows/s is above the fixed trigger's own limit (its 5 wall-s
-              # batches of 1.9 M rows take about 5.5 s: 0.4 s + 2.7 us a row at 51,200 rows/s in
-              # paper-2026-11-28), where its latency grows; LR1S at 2,000 misses the bound and keeps up
-              "overloads": ("LR2S=192000", "LR1S=2000"), "at_capacity": 0.8,
+              # Fig. 1's load: LR2S at 256,000 rows/s is above the fixed trigger's limit (its 5 wall-s
+              # batches of 2.56 M rows took 6.0 s, and more as they grew: 2.1 us a row at 2.24 M, 2.3 us
+              # past 3 M, the collector's share growing), where its latency grows batch after batch; at
+              # 192,000 and 224,000 its batches took 3.8-5.1 s and it kept up (scratch runs, 2026-12-05).
+              # LR1S at 2,000 misses the bound and keeps up
+              "overloads": ("LR2S=256000", "LR1S=2000"), "at_capacity": 0.8,
               # at Spark's 1 GiB the fixed trigger's growing LR1S batches at 2,000 rows/s ran out of heap
               "confs": ("spark.driver.memory=4g",)},
 }

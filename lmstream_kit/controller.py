@@ -79,6 +79,11 @@ IDLE_COLLECT_PRIOR_S = 1.5
 #: ``close_horizon``: the share of processing time per wall second of arriving data above which the
 #: batches cannot shrink before a window's close, so every pending dataset goes at once (asap)
 CLOSE_RHO_MAX = 0.95
+#: ``catch_up="chunks"``: after this many chunks in a row that left the backlog (its bytes pending at a
+#: chunk's admission) no smaller than it was that many chunks before, the chunks cannot drain it (the
+#: data arrives faster than bounded batches process it), and admission takes everything pending
+#: (reason ``"overload"``) until what is pending fits the budget again
+DRAIN_CHUNKS = 3
 
 
 # ---------------------------------------------------------------------------
@@ -130,7 +135,8 @@ class Decision:
         ``"emit"`` / ``"close"`` (the ``"window"`` tumbling target; ``"close"``: with
         ``close_horizon``, admitted early so that the batches before a window's close end by
         it), ``"catch-up"`` (a chunk of a
-        backlog), ``"heap"`` (``heap_admit``: the driver's old generation is
+        backlog), ``"overload"`` (everything pending: catch-up chunks did not
+        shrink the backlog), ``"heap"`` (``heap_admit``: the driver's old generation is
         forecast to fill) or ``"collect"`` (``idle_collect``: not admitted; the
         driver's heap is to be collected now, while the data waits anyway).
     n_datasets, rows, nbytes : int
@@ -220,7 +226,8 @@ class AdmissionController(BatchController):
         Batches remembered by the service-time model and the margin (>= 1).
         Not live-mutable.
     initial_target_s : float, default 1.0
-        Tumbling-window target before any batch was observed (> 0).
+        Tumbling-window target before any batch was observed (> 0), under
+        either ``tumbling_target``.
     prior_processing_s : float or None, default None
         Predicted service time before any batch was observed (>= 0); None means
         ``0.25 * target`` (following the target while nothing is observed).
@@ -257,8 +264,11 @@ class AdmissionController(BatchController):
         query's bound), and pending data that closes a window is admitted at
         once (reason ``"window"``; see ``close_period_s``).  Spark emits the
         window in the batch after that one, so the next admission goes at
-        once too, with whatever is pending (reason ``"emit"``).  See also
-        ``close_horizon``.
+        once too, with whatever is pending (reason ``"emit"``).  Before the
+        first observed batch the target is ``initial_target_s`` under both
+        rules: a window's length of data on the prior's guess took many times
+        that guess, so the first batches are small ones that teach the model.
+        See also ``close_horizon``.
     window_target_s : float, default 0.0
         The ``"window"`` target in wall seconds (0: ``initial_target_s``).
     close_period_s : float, default 0.0
@@ -364,10 +374,15 @@ class AdmissionController(BatchController):
       so a backlog whose arrivals span more than the target is cut at the
       datasets that arrived within one target of the oldest: what a batch
       holds in steady state.  Where even the oldest dataset alone does not fit
-      the budget, chunks cannot help and everything is admitted.  The batch
-      that drains the backlog (the first admission after chunks that is not
-      one) gets ``catch_up_s``: from the first chunk's admission to its own
-      completion.
+      the budget, chunks cannot help and everything is admitted.  Where
+      :data:`DRAIN_CHUNKS` chunks in a row left the backlog no smaller than
+      they found it, the data arrives faster than bounded batches process it
+      (a sustained overload, not a burst): admission then takes everything
+      pending (reason ``"overload"``), the batches grow until each pays its
+      fixed cost over enough rows to keep up, and chunks resume once what is
+      pending fits the budget.  The batch that drains the backlog (the first
+      admission after chunks that is not one) gets ``catch_up_s``: from the
+      first chunk's admission to its own completion.
     * The safety margin is ``max(min_margin_s, Q, B, 0)`` where ``Q`` is the
       nearest-rank ``quantile`` of the residuals ``processing_s - prediction``
       of the last ``history`` batches, each prediction taken just *before* that
@@ -505,6 +520,8 @@ class AdmissionController(BatchController):
         self._n_observed = 0
         self._last_decision: Decision | None = None
         self._catch_up_since: float | None = None  # admission of a catch-up's first chunk
+        self._chunk_backlogs: deque[int] = deque(maxlen=DRAIN_CHUNKS)  # bytes pending at this catch-up's chunks
+        self._overloaded = False  # chunks did not drain the backlog: admit it all until it fits the budget
         # {period: end of the latest window the admitted data closed} (service_model.window_ends_passed)
         self._closed_ends: dict[float, float | None] = {}
         self._emit_due = False  # the last admission closed a window: the next batch emits it
@@ -528,10 +545,13 @@ class AdmissionController(BatchController):
         slide = self._p["slide_s"]
         if slide > 0.0:
             return slide
+        if self._n_observed == 0:
+            # before any batch: a window's length of data on a prior's guess can take many times that
+            # guess (CM1T's first two at 102,400 rows/s: 15 s of data each, 10.6 and 12.6 s against
+            # 7.5), so the first batches are small ones that teach the model what a row costs
+            return self._p["initial_target_s"]
         if self._p["tumbling_target"] == "window":
             return self._p["window_target_s"] or self._p["initial_target_s"]
-        if self._n_observed == 0:
-            return self._p["initial_target_s"]
         return self._lat_sum / self._n_observed
 
     def _margin(self) -> float:
@@ -680,6 +700,8 @@ class AdmissionController(BatchController):
                                         cold=cold)
                     dec = chunk or dec
                 if admit:
+                    if dec.reason != "catch-up":
+                        self._chunk_backlogs.clear()  # the next chunks are another catch-up's
                     self._collects_admitted, self._collects = self._collects, 0
                     self._note_admitted(pending if dec.take is None else pending[:dec.take])
                     self._emit_due = reason == "window"
@@ -867,7 +889,17 @@ class AdmissionController(BatchController):
                 take += 1
         else:
             if dec.predicted_s <= budget:
+                self._overloaded = False
+                self._chunk_backlogs.clear()
                 return None
+            backlogs = self._chunk_backlogs
+            if self._overloaded or (len(backlogs) == DRAIN_CHUNKS and dec.nbytes >= backlogs[0]):
+                # the last chunks left the backlog as large as they found it: bounded batches fall
+                # behind the arrivals, and only larger ones (each paying a batch's fixed cost once)
+                # can keep up
+                self._overloaded = True
+                backlogs.clear()
+                return dataclasses.replace(dec, reason="overload")
             take = self._fits(pending, budget, dec.features)
             if take == 0:  # the margin leaves no room: size the chunk by the target alone
                 take = self._fits(pending, dec.target_s - self._p["poll_interval_s"], dec.features)
@@ -876,6 +908,8 @@ class AdmissionController(BatchController):
             take = self._merge_late(pending, take, dec, oldest + dec.age_s)
         if take >= dec.n_datasets:
             return None
+        if model.n > 0:
+            self._chunk_backlogs.append(dec.nbytes)
         chunk = pending[:take]
         rows = sum(d.rows for d in chunk)
         nbytes = sum(d.nbytes for d in chunk)

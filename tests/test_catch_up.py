@@ -181,6 +181,44 @@ def test_after_a_burst_chunks_bound_every_batch_and_leave_fewer_rows_late():
     assert done["chunks"] == pytest.approx(27.0) and done["all"] == pytest.approx(26.9)
 
 
+def test_under_a_sustained_overload_chunks_give_way_to_batches_large_enough_to_keep_up(monkeypatch):
+    # 900 B a second (a 90 B dataset every 0.1 s) for 60 s; a batch costs 0.5 s + 1 ms a byte. Chunks
+    # that fit the 2 s target (about 1,500 B) process at most 750 B a second: they never drain the
+    # backlog, and each row waits longer than the one before (LR2S at 256,000 rows/s, 2026-12-05).
+    # Larger batches pay the 0.5 s once over more bytes and keep up, at about twice a 5 s period
+    import lmstream_kit.controller as controller
+
+    arrivals = constant_arrivals(9, 600, bytes_per_row=10, speedup=10)
+
+    def service(rows, nbytes):
+        return 0.5 + 0.001 * nbytes
+
+    def run():
+        return simulate(AdmissionController(slide_s=2.0, cold_start=0), arrivals=arrivals, service_time=service)
+
+    batches = run()
+    reasons = [b.decision.reason for b in batches]
+    assert reasons[:4] == ["admit"] + ["catch-up"] * 3 and set(reasons[4:]) == {"overload"}
+    assert [b.n_datasets for b in batches[:6]] == [15, 16, 16, 16, 29, 31]
+    assert sum(b.rows for b in batches) == 5400
+    late = [round(b.max_latency_s, 1) for b in batches]
+    assert late[-3:] == [8.7, 8.8, 8.8] and max(late) == 8.8  # it levels off
+    # without the rule the chunks go on, and the latency grows batch after batch
+    monkeypatch.setattr(controller, "DRAIN_CHUNKS", 10**6)
+    chunked = run()
+    assert {b.decision.reason for b in chunked[1:-1]} == {"catch-up"}
+    assert [round(b.max_latency_s, 1) for b in chunked][-3:-1] == [15.3, 15.7] and len(chunked) == 38
+
+
+def test_chunks_that_drain_a_burst_never_count_as_an_overload():
+    # after the burst of the test above the backlog shrinks at every chunk: no "overload"
+    arrivals = [*constant_arrivals(10, 60, bytes_per_row=10), *[(20.0, 10, 100)] * 60]
+    batches = simulate(AdmissionController(slide_s=2.0, cold_start=0), arrivals=arrivals,
+                       service_time=lambda rows, nbytes: 0.1 + 0.001 * nbytes)
+    reasons = [b.decision.reason for b in batches]
+    assert "catch-up" in reasons and "overload" not in reasons
+
+
 def test_a_resumed_stream_sizes_its_catch_up_chunks_by_what_its_batches_cost_before():
     from lmstream_kit.controller import AdmissionController
 

@@ -135,8 +135,11 @@ def test_a_tumbling_target_starts_at_a_sixth_of_the_window_not_a_hidden_constant
     assert s.bound_s == 5.0
     mine = LiveStream(lanes, speedup=4, controller={**paper, "initial_target_s": 2.0})
     assert mine.gate.target_s == 2.0
-    # the default "window" target batches up to the window's length (the bound)
-    assert LiveStream(lanes, speedup=4).gate.target_s == 5.0
+    # the default "window" target batches up to the window's length (the bound), from its first observed
+    # batch on; before it, the same sixth of the window teaches the model with a small batch
+    window = LiveStream(lanes, speedup=4).gate
+    assert window.param_value("window_target_s") == 5.0
+    assert window.target_s == pytest.approx(20 / 6 / 4)
 
 
 def test_a_resumed_generator_continues_after_its_last_second_with_a_timestamp_event_time(tmp_path):

@@ -23,17 +23,32 @@ def window_gate(**kw):
 
 def test_inside_a_window_the_target_is_the_windows_length_and_learning_does_not_shrink_it():
     c = window_gate()
-    assert c.target_s == 30.0
+    assert c.target_s == 1.0  # before any batch: initial_target_s, as under the paper's rule
     c.observe(BatchObservation(rows=10, nbytes=100, processing_s=0.2, max_latency_s=0.5))
     assert c.target_s == 30.0  # the paper's rule would now be 0.5
+    c.observe(BatchObservation(rows=10, nbytes=100, processing_s=0.2, max_latency_s=0.4))
+    assert c.target_s == 30.0
     paper = window_gate(tumbling_target="paper")
     paper.observe(BatchObservation(rows=10, nbytes=100, processing_s=0.2, max_latency_s=0.5))
     assert paper.target_s == 0.5
 
 
+def test_the_first_batches_are_small_ones_that_teach_the_model_what_a_row_costs():
+    # CM1T at 102,400 rows/s: the prior guessed 7.5 s (a quarter of 30) for any batch, so the first batch
+    # waited 15 s for a window's worth of data and took 10.6 s. Before any batch the target is 1 s:
+    c = window_gate(prior_processing_s=None)
+    assert c.decide(0.2, [ds(0, 0.0), ds(1, 0.1)]).reason == "wait"  # 0.2 + 2 * 0.25 + 0.01 < 1
+    d = c.decide(0.5, [ds(s, s / 10) for s in range(5)])  # 0.5 + 2 * 0.25 + 0.01 >= 1
+    assert (d.admit, d.reason) == (True, "admit")
+    # once a batch is seen, the window's target: the same data now waits
+    c.observe(BatchObservation(rows=50, nbytes=500, processing_s=0.3, max_latency_s=0.8))
+    assert c.decide(0.6, [ds(s, s / 10) for s in range(5, 11)]).reason == "wait"
+
+
 def test_data_that_closes_a_window_is_admitted_at_once_and_only_then():
     # at speedup 10: second s arrives at s / 10 s; the target is 3 s, the prior 0.1 s
-    c = window_gate(window_target_s=3.0, prior_processing_s=0.1)
+    # (the same target before the first batch as after it: nothing is observed in this test)
+    c = window_gate(window_target_s=3.0, initial_target_s=3.0, prior_processing_s=0.1)
 
     def fed(lo, hi):
         return [ds(s, s / 10) for s in range(lo, hi)]
@@ -55,7 +70,7 @@ def test_data_that_closes_a_window_is_admitted_at_once_and_only_then():
 
 def test_a_stream_that_starts_inside_a_window_does_not_close_the_empty_one_before_it():
     # the first data is second 64: [0, 60) holds no row, so the watermark passing 60 emits nothing
-    c = window_gate(window_target_s=3.0, prior_processing_s=0.1, cold_start=0)
+    c = window_gate(window_target_s=3.0, initial_target_s=3.0, prior_processing_s=0.1, cold_start=0)
     assert c.decide(9.5, [ds(64, 6.4)]).admit  # waited out the target
     assert c.decide(9.75, [ds(65, 9.6), ds(66, 9.7)]).reason == "wait"  # the watermark passes 60: nothing closes
     assert c.decide(12.45, [ds(65, 9.6), ds(66, 9.7), ds(125, 12.4)]).reason == "window"  # [60, 120) closes
@@ -127,9 +142,9 @@ def test_where_the_data_outruns_the_model_everything_goes_at_once():
 def test_the_paper_rule_and_data_without_a_second_never_close_a_window():
     assert window_gate(tumbling_target="paper", initial_target_s=30.0).decide(65.5, [ds(s, 64.0) for s in range(60, 66)]).reason == "wait"
     unknown = [NS(arrival=64.0, rows=10, nbytes=100)]
-    assert window_gate().decide(65.5, unknown).reason == "wait"
+    assert window_gate(initial_target_s=30.0).decide(65.5, unknown).reason == "wait"
     # a query whose results do not wait for windows (a join): no close period, batches up to the target
-    assert window_gate(close_period_s=0.0).decide(65.5, [ds(s, 64.0) for s in range(60, 66)]).reason == "wait"
+    assert window_gate(close_period_s=0.0, initial_target_s=30.0).decide(65.5, [ds(s, 64.0) for s in range(60, 66)]).reason == "wait"
 
 
 def test_result_latency_counts_from_the_closing_datas_arrival_to_the_batch_after_it():
