@@ -228,6 +228,16 @@ class AdmissionController(BatchController):
     initial_target_s : float, default 1.0
         Tumbling-window target before any batch was observed (> 0), under
         either ``tumbling_target``.
+    cold_target_s : float, default 0.0
+        A sliding window's target before any batch was observed (>= 0; at
+        most ``slide_s``; 0: the slide from the start).  The prior predicts the
+        same time whatever a batch holds, so at a high rate the first batches,
+        admitted on it, held a slide's worth of data and took several times
+        the prediction: LR2S at 256,000 rows/s began with batches of 1.5 and
+        2.0 M rows that took 4.2 and 5.1 s against 1.25 s predicted, and a
+        stream at its capacity never caught up.  A short first target makes
+        the first batches small ones that teach the model what a row costs.
+        :class:`~lmstream_kit.live.LiveStream` sets it to a sixth of the window.
     prior_processing_s : float or None, default None
         Predicted service time before any batch was observed (>= 0); None means
         ``0.25 * target`` (following the target while nothing is observed).
@@ -420,6 +430,7 @@ class AdmissionController(BatchController):
               doc="quantile of past prediction errors kept as safety margin"),
         Param("poll_interval_s", float, low=0, doc="seconds between polls, added to the estimate"),
         Param("initial_target_s", float, low=0, low_open=True, doc="tumbling target before any batch"),
+        Param("cold_target_s", float, low=0, doc="sliding target before any batch, at most the slide (0 = the slide)"),
         Param("prior_processing_s", float, low=0, nullable=True, doc="predicted service time before any batch"),
         Param("min_margin_s", float, low=0, doc="lower bound of the safety margin"),
         Param("cold_start", int, low=0, doc="batches during which the margin is at least the prediction"),
@@ -463,6 +474,7 @@ class AdmissionController(BatchController):
         quantile: float = 0.95,
         history: int = 100,
         initial_target_s: float = 1.0,
+        cold_target_s: float = 0.0,
         prior_processing_s: float | None = None,
         min_margin_s: float = 0.0,
         cold_start: int = 3,
@@ -493,6 +505,7 @@ class AdmissionController(BatchController):
             "poll_interval_s": poll_interval_s,
             "quantile": quantile,
             "initial_target_s": initial_target_s,
+            "cold_target_s": cold_target_s,
             "prior_processing_s": prior_processing_s,
             "min_margin_s": min_margin_s,
             "cold_start": cold_start,
@@ -544,7 +557,8 @@ class AdmissionController(BatchController):
     def _target(self) -> float:
         slide = self._p["slide_s"]
         if slide > 0.0:
-            return slide
+            cold = self._p["cold_target_s"]
+            return min(slide, cold) if cold > 0.0 and self._n_observed == 0 else slide
         if self._n_observed == 0:
             # before any batch: a window's length of data on a prior's guess can take many times that
             # guess (CM1T's first two at 102,400 rows/s: 15 s of data each, 10.6 and 12.6 s against
@@ -1048,7 +1062,7 @@ class AdmissionController(BatchController):
         >>> c.mutate({"history": 10})
         Traceback (most recent call last):
         ...
-        lmstream_kit.exceptions.ConfigError: cannot change 'history' on a live controller; mutable parameters: catch_up, close_horizon, close_period_s, cold_start, gc_margin, heap_admit, idle_collect, initial_target_s, interval_margin, lateness_s, min_margin_s, poll_interval_s, prior_processing_s, quantile, service_model, slide_s, tumbling_target, window_period_s, window_target_s
+        lmstream_kit.exceptions.ConfigError: cannot change 'history' on a live controller; mutable parameters: catch_up, close_horizon, close_period_s, cold_start, cold_target_s, gc_margin, heap_admit, idle_collect, initial_target_s, interval_margin, lateness_s, min_margin_s, poll_interval_s, prior_processing_s, quantile, service_model, slide_s, tumbling_target, window_period_s, window_target_s
         """
         if not isinstance(changes, Mapping):
             raise ConfigError(f"mutate expects a mapping of parameter -> value, got {changes!r}")

@@ -216,9 +216,11 @@ class LiveStream(StreamControls):
         self._changelog = ChangeLog()  # the stream's one change log: every controller writes to it
         # Spark's first data batch runs on a cold JVM (several times slower than
         # the next ones); by default the controller does not learn from it.  A
-        # tumbling target starts from the window's length (record.tumbling_start_s).
+        # tumbling target starts from the window's length (record.tumbling_start_s), and so does a sliding
+        # one until a batch was seen (the controller's cold_target_s).
         window = self.workload.window_range_s or self.workload.slide_s
-        start = {"initial_target_s": tumbling_start_s(window, self.speedup)} if window > 0 else {}
+        first = tumbling_start_s(window, self.speedup)
+        start = {"initial_target_s": first, "cold_target_s": first} if window > 0 else {}
         self._controller_params = {"warmup": 1, **start, **window_params(self.workload, self.speedup),
                                    **(controller or {})}
         gate = self.policy.make_gate(slide_s=self.slide_s / self.speedup,

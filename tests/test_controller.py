@@ -523,6 +523,7 @@ def test_params_and_snapshot_json():
         "quantile": 0.95,
         "history": 10,
         "initial_target_s": 1.0,
+        "cold_target_s": 0.0,
         "prior_processing_s": 0.5,
         "min_margin_s": 0.0,
         "cold_start": 3,
