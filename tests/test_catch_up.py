@@ -186,7 +186,7 @@ def test_under_a_sustained_overload_chunks_give_way_to_batches_large_enough_to_k
     # that fit the 2 s target (about 1,500 B) process at most 750 B a second: they never drain the
     # backlog, and each row waits longer than the one before (LR2S at 256,000 rows/s, 2026-12-05).
     # Larger batches pay the 0.5 s once over more bytes and keep up, at about twice a 5 s period
-    import lmstream_kit.controller as controller
+    from lmstream_kit import controller
 
     arrivals = constant_arrivals(9, 600, bytes_per_row=10, speedup=10)
 
