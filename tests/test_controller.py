@@ -743,3 +743,26 @@ def test_idle_collect_waits_for_the_heap_after_the_last_batch():
     assert c.decide(1.0, pending).reason == "wait"  # the reading of batch 5 may be stale
     c.on_progress(heap_progress(6, 1000, 570))
     assert c.decide(1.0, pending).reason == "collect"
+
+
+# ---------------------------------------------------------------------------
+# the first target of a sliding window
+# ---------------------------------------------------------------------------
+
+
+def test_a_sliding_window_starts_at_its_cold_target_until_a_batch_is_seen():
+    # LR2S at speedup 2 (5 s slide), a sixth of its 30 s window: 2.5 s; the prior is a quarter of the target
+    c = AdmissionController(slide_s=5.0, cold_target_s=2.5, poll_interval_s=0.05)
+    assert (c.target_s, c.model.predict(10**9)) == (2.5, 0.625)
+    pending = [SimpleNamespace(arrival=0.1 * i, rows=51_200, nbytes=1_000_000) for i in range(13)]
+    # 1.2 + 2 * 0.625 + 0.05 = 2.5: admitted with 1.2 s of data, where the slide's target waits for 2.45 s
+    d = c.decide(1.2, pending)
+    assert (d.admit, d.reason, d.target_s) == (True, "admit", 2.5)
+    assert AdmissionController(slide_s=5.0, poll_interval_s=0.05).decide(1.2, pending).reason == "wait"
+    c.observe(obs(13_000_000, 1.4, max_latency_s=2.6))
+    assert c.target_s == 5.0  # the slide, once a batch is seen
+    # never above the slide, 0 turns it off, and a bad value is one error that names it
+    assert AdmissionController(slide_s=5.0, cold_target_s=9.0).target_s == 5.0
+    assert AdmissionController(slide_s=5.0, cold_target_s=0.0).target_s == 5.0
+    with pytest.raises(ConfigError, match="-1"):
+        AdmissionController(slide_s=5.0, cold_target_s=-1.0)
