@@ -456,7 +456,10 @@ class StreamControls(Tunable):
     def controls(self) -> list[Control]:
         """The live parameters a view draws: the stream's, the placement's, then the plug-ins'."""
         window = float(self.workload.window_range_s or 0)
-        target = self.controller.target_s * self.speedup if self.controller is not None else None
+        # the control sets the bound (the controller's slide; 0: the tumbling rule's running target), not the
+        # shorter target a sliding window starts with before its first batch (cold_target_s)
+        c = self.controller
+        target = (c.slide_s if c.slide_s > 0 else c.target_s) * self.speedup if c is not None else None
         own = {
             "slide_s": (self.slide_s, 0.5, max(window, self.slide_s, 1.0)),
             "target_s": (self.slide_s if target is None else target, 0.0,

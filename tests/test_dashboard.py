@@ -130,9 +130,10 @@ def test_live_dashboard_has_every_control_and_figure_with_the_streams_values(liv
     assert isinstance(dash.status, ipywidgets.HTML) and isinstance(dash.widget, ipywidgets.VBox)
     values = {k: c.value for k, c in dash.controls.items()}
     assert values == {"inflection_point": 153600.0, "slide_s": 10.0,
-                      "target_s": stream.controller.target_s * 4, "policy": "lmstream",
+                      "target_s": stream.controller.slide_s * 4, "policy": "lmstream",
                       "rate_scale": 1.0, "optimizer": "tuning"}
-    assert values["target_s"] == 10.0
+    # the bound, not the shorter target the controller starts with before its first batch (cold_target_s)
+    assert values["target_s"] == 10.0 and stream.controller.target_s * 4 == 5.0
     assert not any(c.disabled for c in dash.controls.values())
     assert dash.status.value.startswith("live: workload LR2S, policy lmstream")
     # every figure starts with the "no micro-batch yet" annotation
@@ -202,7 +203,10 @@ def test_target_control_sets_the_controllers_bound_in_wall_seconds(live):
     if not hasattr(stream, "set_target"):
         pytest.skip("this LiveStream has no set_target")
     dash.controls["target_s"].value = 6.0
-    assert stream.controller.target_s == pytest.approx(1.5)  # 6 simulated s at speedup 4
+    # 6 simulated s at speedup 4: the controller's bound (its target until the first batch is the window's
+    # sixth, 1.25 s, the smaller)
+    assert stream.controller.slide_s == pytest.approx(1.5)
+    assert stream.controller.target_s == pytest.approx(1.25)
     assert stream.slide_s == 10.0 and stream.workload.slide_s == 10.0  # the window is untouched
     assert _error_text(dash, "target_s") == ""
 

@@ -495,8 +495,9 @@ def test_a_backlog_is_caught_up_in_chunks_that_tile_the_spool_exactly_once(spark
     spans = [(r["start_seq"], r["end_seq"]) for r in data]
     assert spans[0][0] == 0 and spans[-1][1] == 30
     assert all(a[1] == b[0] for a, b in zip(spans, spans[1:]))
-    # before the model has seen a batch: the datasets within one target (5 s) of the oldest
-    assert spans[0] == (0, 3) and data[0]["decision_reason"] == "catch-up"
+    # before the model has seen a batch: the datasets within one target of the oldest, the first target
+    # (cold_target_s: a sixth of PASSTHROUGH's 10 s slide, 1.67 s) holding one of them
+    assert spans[0] == (0, 1) and data[0]["decision_reason"] == "catch-up"
     assert len(data) >= 3, [r["decision_reason"] for r in data]
     drained = [r for r in data if r.get("catch_up_s") is not None]
     assert len(drained) == 1 and drained[0]["decision_reason"] != "catch-up"
