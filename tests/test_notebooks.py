@@ -202,9 +202,10 @@ def check_lab(nb, run_dir: Path, summary: dict) -> None:
     assert "DOES NOT MATCH" not in text
     runs = metrics_of(run_dir)
     assert data_records(runs["fixed"]) and data_records(runs["lmstream"])
-    # exercise 2 changed the latency bound: the controller's target in the records halves
+    # exercise 2 changed the latency bound: the controller's target in the records halves (its largest, the
+    # first bound's; the batches before the first observed one have the shorter first target, cold_target_s)
     targets = [r["target_s"] for r in data_records(runs["lmstream"])]
-    assert targets[0] == pytest.approx(2 * targets[-1]), targets
+    assert max(targets) == pytest.approx(2 * targets[-1]), targets
 
 
 def check_custom_controller(nb, run_dir: Path, summary: dict) -> None:
