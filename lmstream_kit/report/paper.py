@@ -134,7 +134,8 @@ def _falls_behind(growth: dict, batches: pd.DataFrame | None, bound: float) -> t
     if not (growth["t"] >= GROWTH_T and growth["rise_s"] >= GROWTH_MIN_RISE * bound):
         return False, ": flat, it keeps up"
     late = _later_half(growth, batches)
-    if late is None or (late["t"] >= GROWTH_T and late["slope_s"] * (growth["batches"] - 1) >= GROWTH_MIN_RISE * bound):
+    rise = late["slope_s"] * (growth["batches"] - 1) if late is not None else math.inf
+    if late is None or (late["t"] >= GROWTH_T and rise >= GROWTH_MIN_RISE * bound):
         return True, ": it falls behind"
     return False, (f": it rose, then stayed flat over its batches {late['first']}-{late['last']} "
                    f"({late['slope_s']:+.2g} s a batch): a warm-up, it keeps up")
