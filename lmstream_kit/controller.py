@@ -902,9 +902,9 @@ class AdmissionController(BatchController):
                     break
                 take += 1
         else:
+            # (decide() forgets this catch-up's chunk backlogs at any admission that is not a chunk)
             if dec.predicted_s <= budget:
                 self._overloaded = False
-                self._chunk_backlogs.clear()
                 return None
             backlogs = self._chunk_backlogs
             if self._overloaded or (len(backlogs) == DRAIN_CHUNKS and dec.nbytes >= backlogs[0]):
@@ -912,7 +912,6 @@ class AdmissionController(BatchController):
                 # behind the arrivals, and only larger ones (each paying a batch's fixed cost once)
                 # can keep up
                 self._overloaded = True
-                backlogs.clear()
                 return dataclasses.replace(dec, reason="overload")
             take = self._fits(pending, budget, dec.features)
             if take == 0:  # the margin leaves no room: size the chunk by the target alone

@@ -316,7 +316,8 @@ class LiveStream(StreamControls):
 
     @property
     def target_s(self) -> float:
-        """The latency bound in force, wall seconds (NaN for baselines)."""
+        """The controller's latency target in force, wall seconds (NaN for baselines): the bound, or
+        before its first observed batch the shorter first target (``cold_target_s``)."""
         return self.gate.target_s if self.controller is not None else math.nan
 
     @property
