@@ -26,6 +26,7 @@ MODULES = [
     "lmstream_kit.bench",
     "lmstream_kit.bench.capacity",
     "lmstream_kit.bench.resume",
+    "lmstream_kit.bench.watchdog",
     "lmstream_kit.cpu",
     "lmstream_kit.controller",
     "lmstream_kit.devices",

@@ -5,6 +5,7 @@ In a subprocess: the test session's shared SparkSession must not be the one that
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 
@@ -93,3 +94,68 @@ def test_a_session_spark_stopped_or_exited_is_lost_with_its_reason_and_restarts(
     assert said(proc, "LOST").startswith("Spark's JVM exited (pid ") and "lost its heartbeat" in said(proc, "LOST")
     assert said(proc, "CODE2") == "56"
     assert "COUNT 5" in proc.stdout.splitlines()
+
+
+HUNG = r"""
+import os, signal, sys, time
+from pathlib import Path
+from lmstream_kit.engine.adapter import SparkEngine
+from lmstream_kit.bench.config import BenchConfig
+from lmstream_kit.bench.run import _Runner
+
+out = Path(sys.argv[1])
+engine = SparkEngine(master="local[1]").open()
+first = engine.jvm_pid
+
+
+class QuickRunner(_Runner):  # the test's deadlines in seconds, not minutes
+    START_SLACK_S = STOP_SLACK_S = 4.0
+
+    def feed_wait_s(self, duration_s):
+        return 30.0
+
+    def _watchdog(self):
+        dog = super()._watchdog()
+        arm = dog.arm
+
+        def arm_then_freeze(seconds, what):  # once the feed ended, the JVM answers no more calls, as one
+            arm(seconds, what)               # collecting a full heap over and over does
+            if what != "start and feed":
+                os.kill(first, signal.SIGSTOP)
+                print("FROZEN", flush=True)
+
+        dog.arm = arm_then_freeze
+        return dog
+
+
+runner = QuickRunner(BenchConfig(queries=["LR1S"], policies=["asap"], rate=500, speedup=2.0), out, engine.spark,
+                     None, engine=engine)
+metrics = out / "hang" / "metrics.jsonl"
+began = time.monotonic()
+try:
+    runner.run("LR1S", "asap", "constant", rate=500, seed=0, duration_s=8.0, run_dir=out / "hang", catch_up_s=1.0)
+    raise SystemExit("the run returned")
+except Exception as exc:
+    print("RAISED", type(exc).__name__, exc)
+print("AFTER", round(time.monotonic() - began))
+print("RECOVER", runner.recover())
+assert engine.jvm_pid not in (None, first) and engine.session_lost() is None and runner.spark is engine.spark
+print("BATCHES", sum('"batch_id"' in line for line in metrics.read_text().splitlines()))
+print("COUNT", engine.spark.range(3).count())
+engine.close()
+"""
+
+
+def test_a_bench_run_whose_jvm_answers_no_more_is_killed_by_its_watchdog_and_the_next_runs_on_a_new_one(tmp_path):
+    proc = subprocess.run([sys.executable, "-c", HUNG, str(tmp_path)], capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    assert "FROZEN" in proc.stdout.splitlines()
+    raised = said(proc, "RAISED")
+    assert re.fullmatch(r"EngineError the run's catch-up and stop outlived its timeouts: Spark's JVM \(pid \d+\) "
+                        r"answered no call, as one collecting a full heap over and over does, and was killed",
+                        raised), raised
+    # the catch-up's 1 s and the stop's slack of 4 s after the feed's 4 s: not the 10 minutes a frozen stop waited
+    assert int(said(proc, "AFTER")) < 40
+    assert said(proc, "RECOVER") == raised[len("EngineError "):]
+    assert int(said(proc, "BATCHES")) >= 1  # what ran before is kept
+    assert "COUNT 3" in proc.stdout.splitlines()

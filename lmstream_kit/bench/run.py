@@ -26,6 +26,12 @@ class _Runner:
     ``cfg.warmup_s`` simulated seconds, and on a JVM that has run nothing yet at least
     ``cfg.jvm_warmup_s`` wall seconds.  A new session (:meth:`recover`) is a new JVM, warmed again.
 
+    A run is watched (:class:`~lmstream_kit.bench.watchdog.Watchdog`) where the kit started the
+    session: a phase that outlives its own timeouts by :attr:`START_SLACK_S` (the start and the
+    feed) or :attr:`STOP_SLACK_S` (what follows the feed, the stop included) has a JVM that no
+    longer answers, which is killed; the run then fails with :attr:`hung` set, and
+    :meth:`recover` starts a new session.
+
     Why the first is longer, measured on the 2-core VM (paper-2026-11-27): the sweep's first cell,
     after a 10 s warm-up, planned its LR1S batches in 181-204 ms (median) in its first third and in
     102-119 ms in its last, as every later cell did from its start, and it cost 1.5x the CPU per
@@ -33,6 +39,12 @@ class _Runner:
     capacity search had no warm-up at all after a resume: its first probe there (LR2S, lmstream,
     45,255 rows/s) made 29 batches with 10% late, and its repetition on the warm JVM 18, all within.
     """
+
+    #: seconds a run's start and feed may take past the feed's own wait (Spark's start on a cold JVM)
+    START_SLACK_S = 120.0
+    #: seconds the stop may take past the catch-up or the drain: the stop's own bounds (the batch in
+    #: flight's 60 s, Spark's 60 s stopTimeout, 30 s for the last progress) and a minute more
+    STOP_SLACK_S = 210.0
 
     def __init__(self, cfg: BenchConfig, out: Path, spark, meter, stamp: str = "", engine=None) -> None:
         self.cfg = cfg
@@ -44,6 +56,7 @@ class _Runner:
         self.warmed: set = set()  # the queries warmed up on this JVM
         self.lost_to_heap: Optional[bool] = None  # whether the last lost session's JVM ran out of heap
         self.stuck: Optional[str] = None  # why the last run's query did not stop (a new JVM runs the next)
+        self.hung: Optional[str] = None  # why the last run's watchdog killed its JVM (see run())
 
     def warmup_s(self) -> float:
         """Simulated seconds of the next warm-up: longer on a JVM that has run no query yet (0: none)."""
@@ -78,6 +91,11 @@ class _Runner:
         if self.stuck is not None:  # run() put the session whose query did not stop by a new one
             self.lost_to_heap = None
             return f"the query did not stop: {self.stuck}"
+        if self.hung is not None:  # run()'s watchdog killed a JVM that no longer answered
+            self.lost_to_heap = None
+            if self.engine.jvm_exited() is not None:
+                self._restart()
+            return self.hung
         why = self.engine.session_lost()
         if why is None:
             return None
@@ -136,9 +154,50 @@ class _Runner:
         feed ends to process what is pending under its own policy, and is then
         stopped; ``caught_up`` says whether it did.
         """
+        from ..exceptions import EngineError
         from ..metrics import load_metrics
 
-        cfg = self.cfg
+        feed_s = self.feed_wait_s(duration_s)
+        self.hung = None
+        dog = self._watchdog()
+        try:
+            if dog is not None:
+                dog.arm(feed_s + self.START_SLACK_S, "start and feed")
+            cpu, caught_up = self._run(query, policy, traffic, rate=rate, seed=seed, duration_s=duration_s,
+                                       run_dir=run_dir, catch_up_s=catch_up_s, feed_s=feed_s, dog=dog)
+        except Exception as exc:
+            if self.hung is None:
+                raise
+            raise EngineError(self.hung) from exc  # a py4j call failed as the JVM went: say why it went
+        finally:
+            if dog is not None:
+                dog.close()
+        if self.hung is not None:  # every call returned, the JVM gone under them: the run is lost all the same
+            raise EngineError(self.hung)
+        return load_metrics(run_dir), cpu, caught_up
+
+    def feed_wait_s(self, duration_s: float) -> float:
+        """Wall seconds a run of ``duration_s`` simulated seconds waits for its feed to end, and for its
+        drain: three times the feed's wall time, and two minutes more."""
+        return 3 * duration_s / self.cfg.speedup + 120
+
+    def _watchdog(self):
+        """A watchdog that kills Spark's JVM under :meth:`run`, where the kit started the session."""
+        if self.engine is None or self.engine.external:
+            return None
+        from .watchdog import Watchdog
+
+        def kill(phase: str) -> None:
+            # said before the kill: the calls that fail as the JVM goes find the reason there
+            self.hung = (f"the run's {phase} outlived its timeouts: Spark's JVM (pid {self.engine.jvm_pid}) "
+                         f"answered no call, as one collecting a full heap over and over does, and was killed")
+            self.engine.kill()
+
+        return Watchdog(kill)
+
+    def _run(self, query: str, policy: str, traffic: str, *, rate: float, seed: int, duration_s: float,
+             run_dir: Path, catch_up_s: Optional[float], feed_s: float, dog) -> tuple[Optional[dict], bool]:
+        """:meth:`run`'s stream, under ``dog`` (None: unwatched); its (cpu dict, caught_up)."""
         if self.spark is not None:  # every run starts on a collected heap, whatever ran before it
             from ..engine.state import collect_heap
 
@@ -146,7 +205,6 @@ class _Runner:
         stream = self.stream(query, policy, traffic, rate=rate, seed=seed, duration_s=duration_s,
                              run_dir=run_dir)
         before = self.meter.sample() if self.meter is not None else None
-        wall = duration_s / cfg.speedup
         caught_up = True
         from ..signals import deferred_stop
 
@@ -157,9 +215,12 @@ class _Runner:
             stream.stop(drain=False)
             raise
         try:
-            stream.wait(until=lambda s: s.feed_finished(), timeout=3 * wall + 120)
+            stream.wait(until=lambda s: s.feed_finished(), timeout=feed_s)
+            if dog is not None:
+                dog.arm((feed_s if catch_up_s is None else catch_up_s) + self.STOP_SLACK_S,
+                        "drain and stop" if catch_up_s is None else "catch-up and stop")
             if catch_up_s is None:
-                stream.stop(drain=True, timeout=3 * wall + 120)
+                stream.stop(drain=True, timeout=feed_s)
             else:
                 try:
                     stream.wait(until=lambda s: s.caught_up(), timeout=catch_up_s)
@@ -167,14 +228,19 @@ class _Runner:
                     caught_up = False
                 stream.stop(drain=False)
         finally:
-            stream.stop(drain=False)  # no-op when already stopped
-            after = self.meter.sample() if self.meter is not None else None
-            self.stuck = stream.engine.stop_failed
+            try:
+                stream.stop(drain=False)  # no-op when already stopped
+            finally:
+                if dog is not None:
+                    dog.disarm()
+            killed = self.hung is not None
+            after = self.meter.sample() if self.meter is not None and not killed else None
+            self.stuck = None if killed else stream.engine.stop_failed
             if self.stuck is not None and self.engine is not None:
                 # its batch still runs (a JVM collecting its full heap over and over): not under the next run
                 self._restart()
-        cpu = (after - before).to_dict() if before is not None else None
-        return load_metrics(run_dir), cpu, caught_up
+        cpu = (after - before).to_dict() if before is not None and after is not None else None
+        return cpu, caught_up
 
 
 @dataclass

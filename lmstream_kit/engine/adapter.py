@@ -165,6 +165,32 @@ class SparkEngine:
         return (f"Spark stopped its context and its JVM (pid {pid}) did not exit within {wait_s:g} s: "
                 f"killed, for a new session")
 
+    def kill(self) -> int | None:
+        """Kill Spark's driver JVM, one the kit started, and return its pid (None: no JVM is known).
+
+        For a JVM that no longer answers (one that collects a full heap over and over): every py4j
+        call into it waits until it answers, and fails at once when it is gone.  :meth:`restart`
+        then builds a new session.  Safe from another thread.
+
+        Raises
+        ------
+        EngineError
+            Where the session is the caller's: the kit does not kill a JVM it did not start.
+        """
+        from .session import kill_jvm
+
+        if self._external:
+            raise EngineError("the session was given to the kit, which does not kill its JVM")
+        pid = self.jvm_pid
+        if pid is not None:
+            kill_jvm(pid)
+        return pid
+
+    @property
+    def jvm_pid(self) -> int | None:
+        """The pid of Spark's driver JVM as the session opened (known without a call into it)."""
+        return getattr(self, "_jvm_pid", None)
+
     def restart(self) -> str:
         """Replace a session whose JVM exited with a new one, built as the first was; returns why the
         old one went (:meth:`jvm_exited`).
