@@ -120,25 +120,26 @@ def _falls_behind(growth: dict, batches: pd.DataFrame | None, bound: float) -> t
     rise of at least :data:`GROWTH_MIN_RISE` of ``bound``) *and* its later half grows too, at the
     same test (its slope's rise extrapolated over all the batches kept): a JVM's warm-up makes a
     trigger's first batches slower and its latency climb to a level where it then stays, which
-    is no falling behind.  Returns ``(grows, text)``.
+    is no falling behind.  Returns ``(grows, text, later)``, ``later`` the later half's
+    :func:`latency_growth` (None where too few batches are kept).
 
     >>> ramp = pd.DataFrame({"t_s": range(12),
     ...                      "max_latency_s": [0.3, 5.0, 5.5, 6.0, 6.2, 6.3, 6.2, 6.25, 6.3, 6.2, 6.3, 1.0]})
-    >>> _falls_behind(latency_growth(ramp, 1, 1), ramp, 2.5)
+    >>> _falls_behind(latency_growth(ramp, 1, 1), ramp, 2.5)[:2]
     (False, ': it rose, then stayed flat over its batches 7-11 (+0.015 s a batch): a warm-up, it keeps up')
     >>> rising = pd.DataFrame({"t_s": range(12),
     ...                        "max_latency_s": [0.3] + [5.0 + 0.5 * i for i in range(10)] + [1.0]})
-    >>> _falls_behind(latency_growth(rising, 1, 1), rising, 2.5)
+    >>> _falls_behind(latency_growth(rising, 1, 1), rising, 2.5)[:2]
     (True, ': it falls behind')
     """
-    if not (growth["t"] >= GROWTH_T and growth["rise_s"] >= GROWTH_MIN_RISE * bound):
-        return False, ": flat, it keeps up"
     late = _later_half(growth, batches)
+    if not (growth["t"] >= GROWTH_T and growth["rise_s"] >= GROWTH_MIN_RISE * bound):
+        return False, ": flat, it keeps up", late
     rise = late["slope_s"] * (growth["batches"] - 1) if late is not None else math.inf
     if late is None or (late["t"] >= GROWTH_T and rise >= GROWTH_MIN_RISE * bound):
-        return True, ": it falls behind"
+        return True, ": it falls behind", late
     return False, (f": it rose, then stayed flat over its batches {late['first']}-{late['last']} "
-                   f"({late['slope_s']:+.2g} s a batch): a warm-up, it keeps up")
+                   f"({late['slope_s']:+.2g} s a batch): a warm-up, it keeps up"), late
 
 
 def _overload_claim(over: pd.DataFrame, batches: pd.DataFrame | None = None) -> tuple:
@@ -173,7 +174,7 @@ def _overload_claim(over: pd.DataFrame, batches: pd.DataFrame | None = None) -> 
             trend = f"fixed's largest latency {float(fx['max_latency_s']):.3g} s ({within})"
             grows = float(fx["within_bound"]) < 0.5 and float(fx["max_latency_s"]) > 2 * bound
         else:
-            grows, how = _falls_behind(growth, _cell_batches(batches, fx), bound)
+            grows, how, _ = _falls_behind(growth, _cell_batches(batches, fx), bound)
             trend = (f"fixed's maximum latency went from {growth['first_s']:.3g} to {growth['last_s']:.3g} s over "
                      f"its batches {growth['first']}-{growth['last']} ({growth['slope_s']:+.2g} s a batch"
                      f"{how}; largest {float(fx['max_latency_s']):.3g} s, {within})")
@@ -181,8 +182,8 @@ def _overload_claim(over: pd.DataFrame, batches: pd.DataFrame | None = None) -> 
         lm_batches = _cell_batches(batches, lm)
         lm_growth = latency_growth(lm_batches, skip_first=1, skip_last=1) if grows else None
         if lm_growth is not None:  # where the trigger falls behind: does lmstream's latency grow too?
-            late = _later_half(lm_growth, lm_batches) or lm_growth
-            still = _falls_behind(lm_growth, lm_batches, bound)[0]
+            still, _, late = _falls_behind(lm_growth, lm_batches, bound)
+            late = late or lm_growth
             ours += (f"; its maximum latency {'grows too' if still else 'does not grow'}: "
                      f"{late['first_s']:.3g} to {late['last_s']:.3g} s over its batches {late['first']}-{late['last']}")
         texts.append(f"{query} at {float(fx['rate']):,.0f} rows/s: {trend}, {ours})")
