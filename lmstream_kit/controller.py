@@ -45,7 +45,7 @@ from typing import Any
 
 from .exceptions import ConfigError
 from .protocol import BatchController, Param
-from .service_model import INPUTS, HeapForecast, window_end_at, window_ends_passed
+from .service_model import INPUTS, HeapForecast, RowCap, window_end_at, window_ends_passed
 from .stats import (
     ServiceTimeModel,
     _check_history,
@@ -89,6 +89,18 @@ DRAIN_CHUNKS = 3
 # ---------------------------------------------------------------------------
 # value types
 # ---------------------------------------------------------------------------
+
+
+
+def _number(value: Any) -> float:
+    """``value`` as a float where it is a finite number, else NaN (a progress without the field).
+
+    >>> _number(3), _number(None), _number(float("inf"))
+    (3.0, nan, nan)
+    """
+    if isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value):
+        return float(value)
+    return math.nan
 
 
 @dataclass(frozen=True)
@@ -360,6 +372,16 @@ class AdmissionController(BatchController):
         Only the driver's heap is collected: on a cluster the executors' collections are their own.
         Measured on LR1T at 16,000 rows/s (2-core VM, two runs each way), it held the bound as well
         as without and cost 11-18% more CPU per row, so it is off by default.
+    row_cap : bool, default False
+        Cap a batch's rows where large batches thrash in the driver's collector
+        (:class:`~lmstream_kit.service_model.RowCap`: a batch that ran a full collection taking at
+        least 40% of its processing halves the cap; one that held at least half of it without a
+        full collection raises it by a quarter).  Pending data that reaches the cap is admitted at
+        once (reason ``"row-cap"``), and an admission above it takes the oldest datasets up to it.
+        Built for LR1T near its capacity (a join whose state fills most of a 4 GiB heap), where
+        lmstream's 15 s batches of 560,000-630,000 rows spent 46-95% of their time in the collector
+        at 34,896 rows/s, and asap's batches of 76,000-150,000 held the bound at 38,055; off by
+        default until measured across the sweep.
     catch_up : {"chunks", "all"}, default "chunks"
         What an admission takes once the backlog cannot meet the target in one
         batch (after a restart or a burst).  ``"all"``: everything pending, as
@@ -454,6 +476,9 @@ class AdmissionController(BatchController):
         Param("idle_collect", bool,
               doc="collect the driver's heap while data waits, where a full collection is near and "
                   "the target leaves room for its pause"),
+        Param("row_cap", bool,
+              doc="cap a batch's rows where large batches thrash in the driver's collector (halved at each "
+                  "such batch, raised by a quarter at each batch near it without a full collection)"),
         Param("catch_up", str, choices=("chunks", "all"),
               doc="a backlog that cannot meet the target in one batch: in chunks that fit it, or all at once"),
     )
@@ -490,6 +515,7 @@ class AdmissionController(BatchController):
         gc_margin: bool = False,
         heap_admit: bool = True,
         idle_collect: bool = False,
+        row_cap: bool = False,
         warmup: int = 0,
     ) -> None:
         super().__init__()
@@ -521,6 +547,7 @@ class AdmissionController(BatchController):
             "gc_margin": gc_margin,
             "heap_admit": heap_admit,
             "idle_collect": idle_collect,
+            "row_cap": row_cap,
         }
         self._p: dict[str, Any] = {k: self.param(k).validate(v) for k, v in values.items()}
         self._model = ServiceTimeModel(history=self._history, prior_s=0.0)
@@ -544,6 +571,8 @@ class AdmissionController(BatchController):
         self._last_eviction: float | None = None  # when a progress last reported state rows removed
         self._heap = HeapForecast()  # whether a batch will stop for the driver's collector (progress' heap)
         self._batch_rows: dict[int, float] = {}  # rows of the latest batches, by batch id, for the heap forecast
+        self._cap_halves: dict[int, dict] = {}  # a batch's record and progress, until both came (the row cap)
+        self._row_cap = RowCap()  # learned whether or not row_cap acts on it
         self._collect_asked = False  # idle_collect asked for a collection since Spark's last progress
         self._collects = 0  # collections asked for since the last admission
         self._collects_admitted = 0  # ... before the last admission, for its batch's record
@@ -694,6 +723,9 @@ class AdmissionController(BatchController):
                 elif close is not None and self._close_due(now, pending, close, nbytes, oldest, newest,
                                                            predicted, margin + poll):
                     admit, reason = True, "close"
+                elif (cap := self._cap()) is not None and rows >= cap:
+                    # a batch this large thrashed in the collector: the one pending goes now
+                    admit, reason = True, "row-cap"
                 elif self._p["heap_admit"] and full_gc_due:
                     # the old generation fills with this batch already: a larger one only holds more
                     # when the full collection comes
@@ -713,6 +745,8 @@ class AdmissionController(BatchController):
                     chunk = self._chunk(dataclasses.replace(dec, margin_s=learned), pending, budget, oldest,
                                         cold=cold)
                     dec = chunk or dec
+                if admit and dec.n_datasets > 1:
+                    dec = self._capped(dec, pending, oldest, cold=cold)
                 if admit:
                     if dec.reason != "catch-up":
                         self._chunk_backlogs.clear()  # the next chunks are another catch-up's
@@ -781,6 +815,9 @@ class AdmissionController(BatchController):
             if batch is not None:
                 self._batch_read = int(batch) if self._batch_read is None else max(self._batch_read, int(batch))
             self._heap.observe(progress, rows=self._batch_rows.get(batch) if batch is not None else None)
+            if batch is not None:
+                self._cap_half(int(batch), gc_s=_number(progress.get("jvm_gc_ms")) / 1000.0,
+                               full_gcs=_number(progress.get("jvm_full_gc_count")))
             self._state = state
             if state.get("state_rows_removed", 0.0) > 0:
                 self._last_eviction = time.time()
@@ -934,6 +971,44 @@ class AdmissionController(BatchController):
                                    estimate_s=dec.age_s + predicted + margin + self._p["poll_interval_s"],
                                    take=take)
 
+    def _cap_half(self, batch: int, **half: float) -> None:
+        """A batch's record (rows, processing) or progress (collections): the row cap learns the batch
+        once both came, in either order (lock held)."""
+        got = self._cap_halves.setdefault(batch, {})
+        got.update(half)
+        if len(got) == 4:
+            del self._cap_halves[batch]
+            self._row_cap.observe(**got)
+        while len(self._cap_halves) > 64:
+            self._cap_halves.pop(next(iter(self._cap_halves)))
+
+    def _cap(self) -> float | None:
+        """The row cap in force (``row_cap``; lock held), None where there is none."""
+        return self._row_cap.cap if self._p["row_cap"] else None
+
+    def _capped(self, dec: Decision, pending: Sequence, oldest: float, *, cold: bool) -> Decision:
+        """``dec`` cut to the oldest datasets whose rows fit the row cap, at least one (lock held)."""
+        cap = self._cap()
+        taken = dec.n_datasets if dec.take is None else dec.take
+        if cap is None or dec.rows <= cap:
+            return dec
+        take, rows = 0, 0
+        for d in pending[:taken]:
+            if take > 0 and rows + d.rows > cap:
+                break
+            take, rows = take + 1, rows + d.rows
+        if take >= taken:
+            return dec
+        chunk = pending[:take]
+        nbytes = sum(d.nbytes for d in chunk)
+        features = self._features(oldest + dec.age_s, chunk, nbytes, oldest) if dec.features is not None else None
+        predicted = self._predict(nbytes, features)
+        margin = max(dec.margin_s, predicted) if cold else dec.margin_s
+        return dataclasses.replace(dec, reason="row-cap", rows=rows, nbytes=nbytes, predicted_s=predicted,
+                                   features=features, margin_s=margin,
+                                   estimate_s=dec.age_s + predicted + margin + self._p["poll_interval_s"],
+                                   take=take)
+
     def _merge_late(self, pending: Sequence, take: int, dec: Decision, now: float) -> int:
         """The first chunk's size where it is predicted late anyway (lock held).
 
@@ -979,6 +1054,8 @@ class AdmissionController(BatchController):
         proc = _nonneg("processing_s")(obs.processing_s)
         lat = _nonneg("max_latency_s")(obs.max_latency_s)
         with self._lock:
+            if obs.batch_id is not None:
+                self._cap_half(int(obs.batch_id), rows=float(obs.rows), processing_s=proc)
             if self._warmup_left > 0:
                 # a cold engine's first batches (JIT, class loading) say nothing
                 # about later ones; learning from them would inflate the margin
@@ -1061,7 +1138,7 @@ class AdmissionController(BatchController):
         >>> c.mutate({"history": 10})
         Traceback (most recent call last):
         ...
-        lmstream_kit.exceptions.ConfigError: cannot change 'history' on a live controller; mutable parameters: catch_up, close_horizon, close_period_s, cold_start, cold_target_s, gc_margin, heap_admit, idle_collect, initial_target_s, interval_margin, lateness_s, min_margin_s, poll_interval_s, prior_processing_s, quantile, service_model, slide_s, tumbling_target, window_period_s, window_target_s
+        lmstream_kit.exceptions.ConfigError: cannot change 'history' on a live controller; mutable parameters: catch_up, close_horizon, close_period_s, cold_start, cold_target_s, gc_margin, heap_admit, idle_collect, initial_target_s, interval_margin, lateness_s, min_margin_s, poll_interval_s, prior_processing_s, quantile, row_cap, service_model, slide_s, tumbling_target, window_period_s, window_target_s
         """
         if not isinstance(changes, Mapping):
             raise ConfigError(f"mutate expects a mapping of parameter -> value, got {changes!r}")

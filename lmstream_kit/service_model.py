@@ -581,6 +581,68 @@ class HeapForecast:
         return max(self._full_pauses) if self._full_pauses else None
 
 
+#: a batch thrashed in the driver's collector where a full collection ran in it and the collector took at
+#: least this share of its processing (LR1T at 34,896 rows/s, 4 GiB driver, lr1t-capacity-2026-12-05:
+#: lmstream's batches of 560,000-630,000 rows left the collector 46-95% of 8-21 s; asap's of 76,000-
+#: 150,000 rows, at 38,055 rows/s, ran their full collections in a few batches and kept the bound)
+THRASH_GC_SHARE = 0.4
+#: a thrashing batch cuts :class:`RowCap` to this share of its rows
+CAP_CUT = 0.5
+#: a batch that held at least half the cap and ran no full collection raises the cap by this factor
+CAP_GROWTH = 1.25
+#: the cap is never cut below this share of the rows of the batch that first set it
+CAP_FLOOR_SHARE = 0.125
+
+
+class RowCap:
+    """A cap on a batch's rows where large batches thrash in the driver's collector.
+
+    A batch in which a full collection ran and the collector took at least
+    :data:`THRASH_GC_SHARE` of the processing cuts the cap to :data:`CAP_CUT` of its rows (or of
+    the cap, where that is lower); a batch that held at least half the cap and ran no full
+    collection raises it by :data:`CAP_GROWTH`: additive-increase, multiplicative-decrease on the
+    batch's rows, as a sender's window is sized to what the path carries.  Before the first
+    thrashing batch there is no cap (:attr:`cap` is None).  The cap is never cut below
+    :data:`CAP_FLOOR_SHARE` of the rows of the batch that first set it.
+
+    Why: a stateful query whose state fills most of the heap (LR1T's join at 35,000 rows/s in a
+    4 GiB driver) keeps a batch's own rows live beside it while the batch runs; a batch too large
+    for what the heap has left makes full collections that free little, over and over, and the
+    batch's time grows from seconds to tens of seconds.  No model of the batch's bytes sees it
+    coming; the batches' sizes do.
+
+    >>> cap = RowCap()
+    >>> cap.observe(rows=600_000, processing_s=3.4, gc_s=0.9, full_gcs=0); cap.cap is None
+    True
+    >>> cap.observe(rows=600_000, processing_s=8.7, gc_s=4.0, full_gcs=1); cap.cap    # 46% in the collector
+    300000.0
+    >>> cap.observe(rows=290_000, processing_s=2.0, gc_s=0.3, full_gcs=0); cap.cap    # held, no full one
+    375000.0
+    >>> cap.observe(rows=100_000, processing_s=1.0, gc_s=0.1, full_gcs=0); cap.cap    # far below: no news
+    375000.0
+    >>> for _ in range(5):
+    ...     cap.observe(rows=300_000, processing_s=6.0, gc_s=5.0, full_gcs=2)
+    >>> cap.cap                                                                        # the floor
+    75000.0
+    """
+
+    def __init__(self) -> None:
+        self.cap: float | None = None
+        self._floor = 0.0
+
+    def observe(self, *, rows: float, processing_s: float, gc_s: float, full_gcs: float) -> None:
+        """A completed batch: its rows, processing seconds, and the collector's seconds and full
+        collections in it (Spark's progress of that batch)."""
+        if not (rows > 0 and processing_s > 0) or not all(math.isfinite(v) for v in (rows, processing_s, gc_s)):
+            return
+        if full_gcs > 0 and gc_s >= THRASH_GC_SHARE * processing_s:
+            if self.cap is None:
+                self._floor = CAP_FLOOR_SHARE * rows
+            self.cap = max(self._floor, CAP_CUT * min(float(rows), self.cap if self.cap is not None else math.inf))
+        elif self.cap is not None and full_gcs == 0 and rows >= 0.5 * self.cap:
+            self.cap *= CAP_GROWTH
+
+
 def window_end_at(t: float, period_s: float) -> float:
     """The latest window end (a multiple of ``period_s``) at or before ``t``; an exact tie counts.
 

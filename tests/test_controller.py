@@ -533,12 +533,13 @@ def test_params_and_snapshot_json():
         "window_target_s": 0.0,
         "close_period_s": 0.0,
         "lateness_s": 0.0,
-            "close_horizon": True,
+        "close_horizon": True,
         "service_model": "bytes",
         "window_period_s": 0.0,
         "gc_margin": False,
         "heap_admit": True,
         "idle_collect": False,
+        "row_cap": False,
         "warmup": 0,
     }
     for x, t in ((100, 1.5), (200, 2.5), (300, 3.5)):
@@ -766,3 +767,46 @@ def test_a_sliding_window_starts_at_its_cold_target_until_a_batch_is_seen():
     assert AdmissionController(slide_s=5.0, cold_target_s=0.0).target_s == 5.0
     with pytest.raises(ConfigError, match="-1"):
         AdmissionController(slide_s=5.0, cold_target_s=-1.0)
+
+
+# ---------------------------------------------------------------------------
+# row_cap: batches that thrash in the collector cap the next batches' rows
+# ---------------------------------------------------------------------------
+
+
+def thrash_progress(batch, gc_ms, full):
+    return {**heap_progress(batch, 1000, 500, full=full), "jvm_gc_ms": gc_ms}
+
+
+def test_row_cap_admits_at_the_cap_and_cuts_an_admission_to_it_after_a_batch_thrashed():
+    on = AdmissionController(slide_s=20.0, cold_start=0, heap_admit=False, row_cap=True)
+    off = AdmissionController(slide_s=20.0, cold_start=0, heap_admit=False)  # the default: learned, not used
+    for c in (on, off):
+        # 6,000-row batches of 2 s; the third spent 3 s of 4 in full collections
+        for i, (proc, gc_ms, full) in enumerate([(2.0, 300, 0), (2.0, 300, 0), (4.0, 3000, 2)], start=1):
+            c.on_progress(thrash_progress(i, gc_ms, full))  # the progress may come first: paired by batch id
+            c.observe(BatchObservation(rows=6000, nbytes=60000, processing_s=proc, max_latency_s=6.0, batch_id=i))
+    assert on._row_cap.cap == off._row_cap.cap == 3000.0
+    pending = [ds(float(i), rows=1000, nbytes=10000) for i in range(4)]  # 4,000 rows, young: the rule would wait
+    assert off.decide(4.0, pending).reason == "wait"
+    d = on.decide(4.0, pending)
+    assert (d.reason, d.admit, d.take, d.rows, d.nbytes) == ("row-cap", True, 3, 3000, 30000)
+    # an admission for another reason is cut to the cap too, oldest first, with its own prediction
+    late = [ds(float(i), rows=1000, nbytes=10000) for i in range(5)]
+    d = on.decide(30.0, late)
+    assert (d.reason, d.take, d.rows) == ("row-cap", 3, 3000)
+    assert d.predicted_s == pytest.approx(on.decide(30.0, late[:3]).predicted_s)
+    assert off.decide(30.0, late).take is None
+    # a batch near the cap without a full collection raises it by a quarter; one far below says nothing
+    on.observe(BatchObservation(rows=3000, nbytes=30000, processing_s=1.0, max_latency_s=3.0, batch_id=4))
+    on.on_progress(thrash_progress(4, 100, 0))
+    assert on._row_cap.cap == 3750.0
+    on.observe(BatchObservation(rows=1000, nbytes=10000, processing_s=0.4, max_latency_s=3.0, batch_id=5))
+    on.on_progress(thrash_progress(5, 50, 0))
+    assert on._row_cap.cap == 3750.0
+    # a progress without the collector's fields teaches nothing; the cap can be switched off live
+    on.observe(BatchObservation(rows=3750, nbytes=37500, processing_s=9.0, max_latency_s=3.0, batch_id=6))
+    on.on_progress({"batch_id": 6})
+    assert on._row_cap.cap == 3750.0
+    on.mutate({"row_cap": False})
+    assert on.decide(30.0, late).take is None
