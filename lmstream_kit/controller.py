@@ -45,7 +45,7 @@ from typing import Any
 
 from .exceptions import ConfigError
 from .protocol import BatchController, Param
-from .service_model import INPUTS, HeapForecast, RowCap, window_end_at, window_ends_passed
+from .service_model import CAP_FLOOR_SHARE, INPUTS, HeapForecast, RowCap, window_end_at, window_ends_passed
 from .stats import (
     ServiceTimeModel,
     _check_history,
@@ -376,8 +376,10 @@ class AdmissionController(BatchController):
         Cap a batch's rows where large batches thrash in the driver's collector
         (:class:`~lmstream_kit.service_model.RowCap`: a batch that ran a full collection taking at
         least 40% of its processing halves the cap; one that held at least half of it without a
-        full collection raises it by a quarter).  Pending data that reaches the cap is admitted at
-        once (reason ``"row-cap"``), and an admission above it takes the oldest datasets up to it.
+        full collection raises it by a quarter), and to the rows whose promotion, by the heap
+        forecast, fits the old generation's free part, whichever is lower, never below an eighth of
+        the largest recent batch.  Pending data that reaches the cap is admitted at once (reason
+        ``"row-cap"``), and an admission above it takes the oldest datasets up to it.
         Built for LR1T near its capacity (a join whose state fills most of a 4 GiB heap), where
         lmstream's 15 s batches of 560,000-630,000 rows spent 46-95% of their time in the collector
         at 34,896 rows/s, and asap's batches of 76,000-150,000 held the bound at 38,055; off by
@@ -983,8 +985,17 @@ class AdmissionController(BatchController):
             self._cap_halves.pop(next(iter(self._cap_halves)))
 
     def _cap(self) -> float | None:
-        """The row cap in force (``row_cap``; lock held), None where there is none."""
-        return self._row_cap.cap if self._p["row_cap"] else None
+        """The row cap in force (``row_cap``; lock held), None where there is none: the lower of what
+        :class:`RowCap` learned from thrashing batches and the rows whose promotion fits the old
+        generation's free part (:meth:`HeapForecast.rows_fitting`), never below
+        :data:`~lmstream_kit.service_model.CAP_FLOOR_SHARE` of the largest recent batch."""
+        if not self._p["row_cap"]:
+            return None
+        caps = [c for c in (self._row_cap.cap, self._heap.rows_fitting()) if c is not None]
+        if not caps:
+            return None
+        floor = CAP_FLOOR_SHARE * max(self._batch_rows.values(), default=0.0)
+        return max(min(caps), floor, 1.0)
 
     def _capped(self, dec: Decision, pending: Sequence, oldest: float, *, cold: bool) -> Decision:
         """``dec`` cut to the oldest datasets whose rows fit the row cap, at least one (lock held)."""

@@ -544,6 +544,28 @@ class HeapForecast:
         full = last["old_used_bytes"] + self._promoted_per_row * rows > last["old_committed_bytes"]
         return {"young_gc_due": float(young), "full_gc_due": float(full)}
 
+    def rows_fitting(self) -> float | None:
+        """The rows a batch may hold before it promotes more than the old generation has free, by
+        the promotion per row :meth:`features` expects (None before that is known, or where a row
+        promotes nothing).
+
+        >>> h = HeapForecast(); mb = 2**20
+        >>> def progress(old):
+        ...     return {"numInputRows": 1000, "eden_used_bytes": 0, "eden_committed_bytes": 500 * mb,
+        ...             "old_used_bytes": old * mb, "old_committed_bytes": 2000 * mb,
+        ...             "jvm_gc_count": 1, "jvm_full_gc_count": 0}
+        >>> h.rows_fitting() is None
+        True
+        >>> for old in (200, 500, 900, 1300):          # 0.3-0.4 MB a row
+        ...     h.observe(progress(old))
+        >>> h.rows_fitting()                             # 700 MB free at 0.4 MB a row
+        1750.0
+        """
+        last, per_row = self._last, self._promoted_per_row
+        if last is None or not per_row > 0:
+            return None
+        return max(0.0, last["old_committed_bytes"] - last["old_used_bytes"]) / per_row
+
     def collection_near(self, factor: float = COLLECTION_NEAR_FACTOR) -> bool:
         """Whether the old generation's free part is below ``factor`` times the most a batch promoted so
         far: the next batch, whatever its size, is likely to stop for a full collection (False before

@@ -810,3 +810,21 @@ def test_row_cap_admits_at_the_cap_and_cuts_an_admission_to_it_after_a_batch_thr
     assert on._row_cap.cap == 3750.0
     on.mutate({"row_cap": False})
     assert on.decide(30.0, late).take is None
+
+
+def test_row_cap_holds_a_batch_to_the_rows_whose_promotion_fits_the_old_generation_before_any_thrash():
+    c = AdmissionController(slide_s=20.0, cold_start=0, heap_admit=False, row_cap=True)
+    for i in range(1, 5):  # 1,000-row batches of 0.5 s; the old generation grows 50 MB each, to 500 of 600
+        c.observe(BatchObservation(rows=1000, nbytes=64000, processing_s=0.5, max_latency_s=2.0, batch_id=i))
+        c.on_progress({**heap_progress(i, 1000, 300 + 50 * i), "jvm_gc_ms": 20})
+    assert c._row_cap.cap is None  # nothing thrashed
+    # 100 MB free at 50 MB a 1,000 rows: 2,000 rows fit; a third dataset would overflow it
+    pending = [ds(float(i), rows=1000, nbytes=64000) for i in range(3)]
+    d = c.decide(3.0, pending)
+    assert (d.reason, d.admit, d.take, d.rows) == ("row-cap", True, 2, 2000)
+    assert c.decide(3.0, pending[:1]).reason == "wait"
+    # a nearly full old generation cuts no batch below an eighth of the largest recent one (125 rows)
+    c.on_progress({**heap_progress(5, 1000, 599), "jvm_gc_ms": 20})
+    small = [ds(float(i), rows=100, nbytes=6400) for i in range(3)]
+    d = c.decide(3.0, small)
+    assert (d.reason, d.take, d.rows) == ("row-cap", 1, 100)
