@@ -382,8 +382,12 @@ class AdmissionController(BatchController):
         ``"row-cap"``), and an admission above it takes the oldest datasets up to it.
         Built for LR1T near its capacity (a join whose state fills most of a 4 GiB heap), where
         lmstream's 15 s batches of 560,000-630,000 rows spent 46-95% of their time in the collector
-        at 34,896 rows/s, and asap's batches of 76,000-150,000 held the bound at 38,055; off by
-        default until measured across the sweep.
+        at 34,896 rows/s, and asap's batches of 76,000-150,000 held the bound at 38,055.  Measured
+        there (2-core VM, ``benchmarks/results/lr1t-row-cap-2-2026-12-06``) it did not raise
+        lmstream's capacity: 32,000-34,896 rows/s with it as without, and above that its batches
+        fell to a dataset each, whose fixed cost (0.7-1.5 s for 38,000 rows: the join's state) let
+        the backlog grow (20% of the batches within the bound at 34,896 and 38,055 rows/s, against
+        44-83% without).  So it is off.
     catch_up : {"chunks", "all"}, default "chunks"
         What an admission takes once the backlog cannot meet the target in one
         batch (after a restart or a burst).  ``"all"``: everything pending, as
