@@ -41,6 +41,5 @@ def test_disarmed_or_closed_it_does_not_fire():
 
 @pytest.mark.parametrize("seconds", [0, -1.0, float("nan")])
 def test_a_deadline_that_is_not_positive_is_refused_by_name(seconds):
-    with Watchdog(lambda what: None) as dog:
-        with pytest.raises(ValueError, match="positive number of seconds, got"):
-            dog.arm(seconds, "the stop")
+    with Watchdog(lambda what: None) as dog, pytest.raises(ValueError, match="positive number of seconds, got"):
+        dog.arm(seconds, "the stop")

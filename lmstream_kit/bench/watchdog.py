@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Callable, Optional
+from collections.abc import Callable
 
 
 class Watchdog:
@@ -44,10 +44,10 @@ class Watchdog:
         self._on_fire = on_fire
         self._clock = clock
         self._cond = threading.Condition()
-        self._deadline: Optional[float] = None
-        self._what: Optional[str] = None
+        self._deadline: float | None = None
+        self._what: str | None = None
         self._closed = False
-        self.fired: Optional[str] = None
+        self.fired: str | None = None
         self._thread = threading.Thread(target=self._watch, name="lmstream-bench-watchdog", daemon=True)
         self._thread.start()
 
@@ -72,7 +72,7 @@ class Watchdog:
         if self._thread is not threading.current_thread():
             self._thread.join()
 
-    def __enter__(self) -> "Watchdog":
+    def __enter__(self) -> Watchdog:
         return self
 
     def __exit__(self, *exc) -> None:
