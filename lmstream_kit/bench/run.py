@@ -158,7 +158,7 @@ class _Runner:
         from ..metrics import load_metrics
 
         feed_s = self.feed_wait_s(duration_s)
-        self.hung = None
+        self.hung = self.stuck = None  # a run that fails before its stop says nothing of an earlier run's
         dog = self._watchdog()
         try:
             if dog is not None:
@@ -228,6 +228,8 @@ class _Runner:
                     caught_up = False
                 stream.stop(drain=False)
         finally:
+            if dog is not None and dog.fired is None and self.hung is None:
+                dog.arm(self.STOP_SLACK_S, "stop")  # a wait that failed (the feed's) leaves the stop its own time
             try:
                 stream.stop(drain=False)  # no-op when already stopped
             finally:
