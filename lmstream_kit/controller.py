@@ -388,11 +388,6 @@ class AdmissionController(BatchController):
         fell to a dataset each, whose fixed cost (0.7-1.5 s for 38,000 rows: the join's state) let
         the backlog grow (20% of the batches within the bound at 34,896 and 38,055 rows/s, against
         44-83% without).  So it is off.
-    fill_admit : float, default 0.0
-        Admit at once, as asap does, where the driver's old generation was at least this share
-        full after the last batch (0: off; reason ``"fill"``).  On LR1T near its capacity
-        lmstream's batches started with the old generation over 60% full more often than asap's
-        (120 of 271 against 80 of 281), and those batches ran the full collections.
     catch_up : {"chunks", "all"}, default "chunks"
         What an admission takes once the backlog cannot meet the target in one
         batch (after a restart or a burst).  ``"all"``: everything pending, as
@@ -490,9 +485,6 @@ class AdmissionController(BatchController):
         Param("row_cap", bool,
               doc="cap a batch's rows where large batches thrash in the driver's collector (halved at each "
                   "such batch, raised by a quarter at each batch near it without a full collection)"),
-        Param("fill_admit", float, low=0, high=1,
-              doc="admit at once where the driver's old generation was at least this share full after the "
-                  "last batch (0: off)"),
         Param("catch_up", str, choices=("chunks", "all"),
               doc="a backlog that cannot meet the target in one batch: in chunks that fit it, or all at once"),
     )
@@ -530,7 +522,6 @@ class AdmissionController(BatchController):
         heap_admit: bool = True,
         idle_collect: bool = False,
         row_cap: bool = False,
-        fill_admit: float = 0.0,
         warmup: int = 0,
     ) -> None:
         super().__init__()
@@ -563,7 +554,6 @@ class AdmissionController(BatchController):
             "heap_admit": heap_admit,
             "idle_collect": idle_collect,
             "row_cap": row_cap,
-            "fill_admit": fill_admit,
         }
         self._p: dict[str, Any] = {k: self.param(k).validate(v) for k, v in values.items()}
         self._model = ServiceTimeModel(history=self._history, prior_s=0.0)
@@ -739,9 +729,6 @@ class AdmissionController(BatchController):
                 elif close is not None and self._close_due(now, pending, close, nbytes, oldest, newest,
                                                            predicted, margin + poll):
                     admit, reason = True, "close"
-                elif self._p["fill_admit"] > 0 and (self._heap.old_fill() or 0.0) >= self._p["fill_admit"]:
-                    # a heap this full makes a larger batch run full collections: batch as asap does
-                    admit, reason = True, "fill"
                 elif (cap := self._cap()) is not None and rows >= cap:
                     # a batch this large thrashed in the collector: the one pending goes now
                     admit, reason = True, "row-cap"
@@ -1166,7 +1153,7 @@ class AdmissionController(BatchController):
         >>> c.mutate({"history": 10})
         Traceback (most recent call last):
         ...
-        lmstream_kit.exceptions.ConfigError: cannot change 'history' on a live controller; mutable parameters: catch_up, close_horizon, close_period_s, cold_start, cold_target_s, fill_admit, gc_margin, heap_admit, idle_collect, initial_target_s, interval_margin, lateness_s, min_margin_s, poll_interval_s, prior_processing_s, quantile, row_cap, service_model, slide_s, tumbling_target, window_period_s, window_target_s
+        lmstream_kit.exceptions.ConfigError: cannot change 'history' on a live controller; mutable parameters: catch_up, close_horizon, close_period_s, cold_start, cold_target_s, gc_margin, heap_admit, idle_collect, initial_target_s, interval_margin, lateness_s, min_margin_s, poll_interval_s, prior_processing_s, quantile, row_cap, service_model, slide_s, tumbling_target, window_period_s, window_target_s
         """
         if not isinstance(changes, Mapping):
             raise ConfigError(f"mutate expects a mapping of parameter -> value, got {changes!r}")

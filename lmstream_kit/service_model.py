@@ -544,20 +544,6 @@ class HeapForecast:
         full = last["old_used_bytes"] + self._promoted_per_row * rows > last["old_committed_bytes"]
         return {"young_gc_due": float(young), "full_gc_due": float(full)}
 
-    def old_fill(self) -> float | None:
-        """The share of the old generation in use after the last batch (None before a progress with the heap).
-
-        >>> h = HeapForecast(); h.old_fill() is None
-        True
-        >>> h.observe({"eden_used_bytes": 0, "eden_committed_bytes": 100, "old_used_bytes": 150,
-        ...            "old_committed_bytes": 200}); h.old_fill()
-        0.75
-        """
-        last = self._last
-        if last is None or not last["old_committed_bytes"] > 0:
-            return None
-        return last["old_used_bytes"] / last["old_committed_bytes"]
-
     def rows_fitting(self) -> float | None:
         """The rows a batch may hold before it promotes more than the old generation has free, by
         the promotion per row :meth:`features` expects (None before that is known, or where a row

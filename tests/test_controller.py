@@ -540,7 +540,6 @@ def test_params_and_snapshot_json():
         "heap_admit": True,
         "idle_collect": False,
         "row_cap": False,
-        "fill_admit": 0.0,
         "warmup": 0,
     }
     for x, t in ((100, 1.5), (200, 2.5), (300, 3.5)):
@@ -829,20 +828,3 @@ def test_row_cap_holds_a_batch_to_the_rows_whose_promotion_fits_the_old_generati
     small = [ds(float(i), rows=100, nbytes=6400) for i in range(3)]
     d = c.decide(3.0, small)
     assert (d.reason, d.take, d.rows) == ("row-cap", 1, 100)
-
-
-def test_fill_admit_admits_at_once_where_the_old_generation_is_that_full():
-    on = AdmissionController(slide_s=20.0, cold_start=0, heap_admit=False, fill_admit=0.6)
-    off = AdmissionController(slide_s=20.0, cold_start=0, heap_admit=False)
-    for c in (on, off):
-        c.observe(BatchObservation(rows=1000, nbytes=64000, processing_s=0.5, max_latency_s=2.0, batch_id=1))
-        c.on_progress(heap_progress(1, 1000, 300))  # half of the 600 MB old generation
-    pending = [ds(1.0, rows=1000, nbytes=64000)]
-    assert [c.decide(2.0, pending).reason for c in (on, off)] == ["wait", "wait"]
-    for c in (on, off):
-        c.on_progress(heap_progress(2, 1000, 360))  # 60%
-    assert [c.decide(2.0, pending).reason for c in (on, off)] == ["fill", "wait"]
-    on.mutate({"fill_admit": 0.0})
-    assert on.decide(2.0, pending).reason == "wait"
-    with pytest.raises(ConfigError, match="fill_admit"):
-        on.mutate({"fill_admit": 1.5})
