@@ -966,13 +966,19 @@ class AdmissionController(BatchController):
             return None
         if model.n > 0:
             self._chunk_backlogs.append(dec.nbytes)
+        return self._prefix(dec, pending, take, oldest, cold=cold, reason="catch-up")
+
+    def _prefix(self, dec: Decision, pending: Sequence, take: int, oldest: float, *, cold: bool,
+                reason: str) -> Decision:
+        """``dec`` cut to the oldest ``take`` datasets of ``pending``, judged by its own prediction (lock
+        held); ``cold``: its margin is at least that prediction (``cold_start``)."""
         chunk = pending[:take]
         rows = sum(d.rows for d in chunk)
         nbytes = sum(d.nbytes for d in chunk)
         features = self._features(oldest + dec.age_s, chunk, nbytes, oldest) if dec.features is not None else None
         predicted = self._predict(nbytes, features)
         margin = max(dec.margin_s, predicted) if cold else dec.margin_s
-        return dataclasses.replace(dec, reason="catch-up", rows=rows, nbytes=nbytes, predicted_s=predicted,
+        return dataclasses.replace(dec, reason=reason, rows=rows, nbytes=nbytes, predicted_s=predicted,
                                    features=features, margin_s=margin,
                                    estimate_s=dec.age_s + predicted + margin + self._p["poll_interval_s"],
                                    take=take)
@@ -1014,15 +1020,7 @@ class AdmissionController(BatchController):
             take, rows = take + 1, rows + d.rows
         if take >= taken:
             return dec
-        chunk = pending[:take]
-        nbytes = sum(d.nbytes for d in chunk)
-        features = self._features(oldest + dec.age_s, chunk, nbytes, oldest) if dec.features is not None else None
-        predicted = self._predict(nbytes, features)
-        margin = max(dec.margin_s, predicted) if cold else dec.margin_s
-        return dataclasses.replace(dec, reason="row-cap", rows=rows, nbytes=nbytes, predicted_s=predicted,
-                                   features=features, margin_s=margin,
-                                   estimate_s=dec.age_s + predicted + margin + self._p["poll_interval_s"],
-                                   take=take)
+        return self._prefix(dec, pending, take, oldest, cold=cold, reason="row-cap")
 
     def _merge_late(self, pending: Sequence, take: int, dec: Decision, now: float) -> int:
         """The first chunk's size where it is predicted late anyway (lock held).
