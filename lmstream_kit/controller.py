@@ -149,7 +149,7 @@ class Decision:
         it), ``"catch-up"`` (a chunk of a
         backlog), ``"overload"`` (everything pending: catch-up chunks did not
         shrink the backlog), ``"heap"`` (``heap_admit``: the driver's old generation is
-        forecast to fill), ``"heap-near"`` (``near_admit``: a full collection is near) or ``"collect"`` (``idle_collect``: not admitted; the
+        forecast to fill) or ``"collect"`` (``idle_collect``: not admitted; the
         driver's heap is to be collected now, while the data waits anyway).
     n_datasets, rows, nbytes : int
         Size of what is pending (the batch, if admitted).
@@ -355,14 +355,6 @@ class AdmissionController(BatchController):
         (``paper-collected-heap``) found 14,672-16,000, failing at 16,000 on one late batch of
         seven, twice, where the rule never acted: a single LR1T search moves by 2x, so that gain
         is not settled.  ``False`` is LMStream's rule.
-    near_admit : bool, default False
-        Admit at once, whatever the pending batch's size, where the heap forecast
-        (:meth:`~lmstream_kit.service_model.HeapForecast.collection_near`) says a full collection
-        is near (reason ``"heap-near"``): the policy then batches as ``asap`` does while the driver's
-        old generation is nearly full, and as LMStream does elsewhere.  ``heap_admit`` looks at
-        the pending batch's own promotion and so waits until that batch alone overflows; on LR1T
-        at the edge of its capacity the batch after such a wait took 8-9 s and everything that
-        arrived meanwhile formed the next one (lr1t-capacity-2026-12-05).
     idle_collect : bool, default False
         Collect the driver's heap while the pending data waits, where the heap forecast
         (:meth:`~lmstream_kit.service_model.HeapForecast.collection_near`) says the next batch is
@@ -487,9 +479,6 @@ class AdmissionController(BatchController):
                   "the heap forecast says the batch will run a full collection"),
         Param("heap_admit", bool,
               doc="admit at once where the heap forecast says the pending batch overflows the old generation"),
-        Param("near_admit", bool,
-              doc="admit at once, whatever the pending batch's size, where the heap forecast says a full "
-                  "collection is near (the old generation's free part below 1.25x the most a batch promoted)"),
         Param("idle_collect", bool,
               doc="collect the driver's heap while data waits, where a full collection is near and "
                   "the target leaves room for its pause"),
@@ -531,7 +520,6 @@ class AdmissionController(BatchController):
         catch_up: str = "chunks",
         gc_margin: bool = False,
         heap_admit: bool = True,
-        near_admit: bool = False,
         idle_collect: bool = False,
         row_cap: bool = False,
         warmup: int = 0,
@@ -564,7 +552,6 @@ class AdmissionController(BatchController):
             "catch_up": catch_up,
             "gc_margin": gc_margin,
             "heap_admit": heap_admit,
-            "near_admit": near_admit,
             "idle_collect": idle_collect,
             "row_cap": row_cap,
         }
@@ -749,10 +736,6 @@ class AdmissionController(BatchController):
                     # the old generation fills with this batch already: a larger one only holds more
                     # when the full collection comes
                     admit, reason = True, "heap"
-                elif self._p["near_admit"] and self._heap.collection_near():
-                    # the next batch likely stops for a full collection whatever its size: data held
-                    # back only makes this batch, and the ones behind it, larger when it comes
-                    admit, reason = True, "heap-near"
                 elif self._collect_now(target - estimate):
                     admit, reason = False, "collect"
                 else:

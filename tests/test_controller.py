@@ -538,7 +538,6 @@ def test_params_and_snapshot_json():
         "window_period_s": 0.0,
         "gc_margin": False,
         "heap_admit": True,
-        "near_admit": False,
         "idle_collect": False,
         "row_cap": False,
         "warmup": 0,
@@ -679,32 +678,6 @@ def test_heap_admit_admits_at_once_where_the_pending_batch_overflows_the_old_gen
     assert d.admit and d.take is None and d.rows == 3000
     heap.mutate({"heap_admit": False})
     assert heap.decide(1.0, big).reason == "wait"
-
-
-def test_near_admit_admits_at_once_where_a_full_collection_is_near_whatever_the_batch():
-    plain = AdmissionController(slide_s=5.0, cold_start=0)  # the default: heap_admit only
-    near = AdmissionController(slide_s=5.0, cold_start=0, near_admit=True)
-    for c in (plain, near):
-        for i in range(1, 5):  # 1,000-row batches of 0.5 s; the old generation grows 50 MB each, to 500 of 600
-            c.observe(BatchObservation(rows=1000, nbytes=64000, processing_s=0.5, max_latency_s=2.0, batch_id=i))
-            c.on_progress(heap_progress(i, 1000, 300 + 50 * i))
-    pending = [ds(0.0, rows=1000, nbytes=64000)]
-    # 100 MB free, over 1.25 x the 50 MB a batch promoted: not near, both wait for more data
-    assert [c.decide(1.0, pending).reason for c in (plain, near)] == ["wait", "wait"]
-    for c in (plain, near):
-        c.on_progress(heap_progress(5, 1000, 540))  # 60 MB free, under 62.5: near
-    # this batch's own 50 MB still fit the 60 MB free, so heap_admit waits; near_admit does not
-    assert [c.decide(1.0, pending).reason for c in (plain, near)] == ["wait", "heap-near"]
-    d = near.decide(1.0, pending)
-    assert d.admit and d.take is None and d.rows == 1000
-    near.mutate({"near_admit": False})  # live
-    assert near.decide(1.0, pending).reason == "wait"
-    near.mutate({"near_admit": True})
-    # a full collection empties the old generation: nothing is near, the target decides again
-    near.on_progress(heap_progress(6, 1000, 150, full=1))
-    assert near.decide(1.0, pending).reason == "wait"
-    with pytest.raises(ConfigError, match="near_admit"):
-        near.mutate({"near_admit": "yes"})
 
 
 def test_idle_collect_asks_for_a_collection_while_data_waits_where_a_full_one_is_near():
