@@ -266,6 +266,14 @@ class AdmissionController(BatchController):
         LR1T's third, the first to evict its join's state, took 1.5-2.3
         times its predecessors).  From three errors on the margin has its
         prediction bound.
+    cold_evictions : int, default 0
+        State evictions (progresses that report state rows removed) during which a batch that
+        will evict has the ``cold_start`` margin, at least its prediction (>= 0; 0: none).  The
+        batch after the one whose data passes a window's end (``window_period_s``, plus
+        ``lateness_s``) drops that window's state, and the model, which sees bytes, has not seen
+        that cost until an eviction ran: with the short first target LR1T's first eviction comes
+        after ``cold_start``, and in 11 of 14 of lmstream's failed LR1T probes (2026-12-05/06)
+        the first late batch was the first eviction.
     warmup : int, default 0
         Number of first observations to ignore (a cold JVM's first batch can
         take several times longer than the next ones).  Not live-mutable.
@@ -462,6 +470,8 @@ class AdmissionController(BatchController):
         Param("prior_processing_s", float, low=0, nullable=True, doc="predicted service time before any batch"),
         Param("min_margin_s", float, low=0, doc="lower bound of the safety margin"),
         Param("cold_start", int, low=0, doc="batches during which the margin is at least the prediction"),
+        Param("cold_evictions", int, low=0,
+              doc="state evictions during which the batch that evicts has a margin of at least its prediction"),
         Param("interval_margin", bool, doc="also keep the residuals' normal prediction bound as margin"),
         Param("tumbling_target", str, choices=("paper", "window"),
               doc="tumbling window: LMStream's running mean of past max latencies, or batch up to the "
@@ -509,6 +519,7 @@ class AdmissionController(BatchController):
         prior_processing_s: float | None = None,
         min_margin_s: float = 0.0,
         cold_start: int = 3,
+        cold_evictions: int = 0,
         interval_margin: bool = True,
         tumbling_target: str = "paper",
         window_target_s: float = 0.0,
@@ -541,6 +552,7 @@ class AdmissionController(BatchController):
             "prior_processing_s": prior_processing_s,
             "min_margin_s": min_margin_s,
             "cold_start": cold_start,
+            "cold_evictions": cold_evictions,
             "interval_margin": interval_margin,
             "tumbling_target": tumbling_target,
             "window_target_s": window_target_s,
@@ -575,6 +587,8 @@ class AdmissionController(BatchController):
         self._features_model = None  # FeatureServiceModel, made when service_model="features" first predicts
         self._state: dict[str, float] = {}  # state rows, bytes and removals from Spark's last progress
         self._last_eviction: float | None = None  # when a progress last reported state rows removed
+        self._n_evictions = 0  # progresses that reported state rows removed
+        self._evicts_next = False  # the admitted data passed a window's end: the next batch evicts its state
         self._heap = HeapForecast()  # whether a batch will stop for the driver's collector (progress' heap)
         self._batch_rows: dict[int, float] = {}  # rows of the latest batches, by batch id, for the heap forecast
         self._cap_halves: dict[int, dict] = {}  # a batch's record and progress, until both came (the row cap)
@@ -711,7 +725,9 @@ class AdmissionController(BatchController):
                 if gc_room and full_gc_due:
                     margin = self._gc_margin  # this batch will stop for a full collection: room for it
                 learned = margin
-                cold = self._n_observed < self._p["cold_start"]
+                # a batch of a kind the model has not seen yet: one of the first, or one that evicts
+                cold = self._n_observed < self._p["cold_start"] or (
+                    self._evicts_next and self._n_evictions < self._p["cold_evictions"])
                 if cold:
                     margin = max(margin, predicted)
                 poll = self._p["poll_interval_s"]
@@ -827,6 +843,7 @@ class AdmissionController(BatchController):
             self._state = state
             if state.get("state_rows_removed", 0.0) > 0:
                 self._last_eviction = time.time()
+                self._n_evictions += 1
             full = progress.get("jvm_full_gc_count")
             if isinstance(full, numbers.Real) and full > 0:
                 self._collect_asked = False  # the collection asked for (or one of Spark's own) ran
@@ -912,12 +929,18 @@ class AdmissionController(BatchController):
 
     def _note_admitted(self, admitted: Sequence) -> None:
         seconds = [float(s) for d in admitted if (s := getattr(d, "second", None)) is not None]
+        self._evicts_next = False
         if not seconds:
             return
         for period in {self._p["window_period_s"], self._p["close_period_s"]}:
             if period > 0.0:
-                self._closed_ends[period] = window_ends_passed(self._closed_end(period), seconds, period,
-                                                               self._p["lateness_s"])[0]
+                closed, passed = window_ends_passed(self._closed_end(period), seconds, period, self._p["lateness_s"])
+                self._closed_ends[period] = closed
+                if passed and period == self._p["window_period_s"]:
+                    # Spark's watermark for the next batch passes a window's end: that batch drops the
+                    # window's state (LR1T: the state rows removed, in the batch after the one whose data
+                    # passed each 30 s window's end plus the lateness, in every probe of 2026-12-05)
+                    self._evicts_next = True
 
     def _fits(self, pending: Sequence, budget: float, features: Mapping[str, float] | None = None) -> int:
         """How many of the oldest ``pending`` datasets the model predicts to finish within ``budget``."""
@@ -1151,7 +1174,7 @@ class AdmissionController(BatchController):
         >>> c.mutate({"history": 10})
         Traceback (most recent call last):
         ...
-        lmstream_kit.exceptions.ConfigError: cannot change 'history' on a live controller; mutable parameters: catch_up, close_horizon, close_period_s, cold_start, cold_target_s, gc_margin, heap_admit, idle_collect, initial_target_s, interval_margin, lateness_s, min_margin_s, poll_interval_s, prior_processing_s, quantile, row_cap, service_model, slide_s, tumbling_target, window_period_s, window_target_s
+        lmstream_kit.exceptions.ConfigError: cannot change 'history' on a live controller; mutable parameters: catch_up, close_horizon, close_period_s, cold_evictions, cold_start, cold_target_s, gc_margin, heap_admit, idle_collect, initial_target_s, interval_margin, lateness_s, min_margin_s, poll_interval_s, prior_processing_s, quantile, row_cap, service_model, slide_s, tumbling_target, window_period_s, window_target_s
         """
         if not isinstance(changes, Mapping):
             raise ConfigError(f"mutate expects a mapping of parameter -> value, got {changes!r}")

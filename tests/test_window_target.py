@@ -7,6 +7,7 @@ from types import SimpleNamespace as NS
 import pytest
 
 from lmstream_kit.controller import AdmissionController, BatchObservation
+from lmstream_kit.exceptions import ConfigError
 from lmstream_kit.results import WindowResults
 
 
@@ -262,3 +263,33 @@ def test_overload_cells_make_claim_1b_fig1_and_their_own_section_but_stay_out_of
                              "load": "overload", "rate": 2000.0} for p in ("fixed", "lmstream") for t in range(5)])
     html_page = build_report(results, batches, None, {})
     assert "LR2S lmstream" in html_page  # lmstream's dotted line beside fixed's in Fig. 1
+
+
+def test_cold_evictions_gives_the_batch_that_evicts_a_windows_state_the_cold_margin_until_one_ran():
+    # 30 s windows, 5 s lateness, a 10 s target at speedup 1; every 1,000-byte batch took 2 s
+    def fed(lo, hi):
+        return [ds(s) for s in range(lo, hi)]
+
+    plain = AdmissionController(slide_s=10.0, cold_start=0, window_period_s=30.0, lateness_s=5.0)  # the default: 0
+    cold = AdmissionController(slide_s=10.0, cold_start=0, window_period_s=30.0, lateness_s=5.0, cold_evictions=1)
+    for c in (plain, cold):
+        for i in range(1, 5):
+            c.observe(BatchObservation(rows=100, nbytes=1000, processing_s=2.0, max_latency_s=5.0, batch_id=i))
+        assert c.decide(10.0, fed(0, 10)).reason == "overdue"
+        # seconds 36..45 wait, then these admitted ones follow: a batch that moves no watermark past a window's end
+        assert c.decide(36.0, fed(10, 36)).reason == "overdue"  # second 35's watermark passes the end 30
+    # the next batch drops the window's state: 6.5 s old + 2 s predicted + 0.53 margin + 0.01 poll < 10 waits;
+    # with its margin at least its prediction, 6.5 + 2 + 2 + 0.01 >= 10 goes
+    d_plain, d_cold = plain.decide(42.5, fed(36, 46)), cold.decide(42.5, fed(36, 46))
+    assert d_plain.reason == "wait" and d_plain.margin_s == pytest.approx(0.531, abs=1e-3)
+    assert (d_cold.reason, d_cold.margin_s) == ("admit", 2.0)
+    # that batch (46..) passes no end: the batch after it is not cold, however near the target
+    assert cold.decide(52.5, fed(46, 56)).reason == "wait"
+    # once Spark reported an eviction, the model has seen one: the next window's is an ordinary batch
+    cold.on_progress({"batch_id": 5, "state_rows": 1000, "state_bytes": 64000, "state_rows_removed": 500})
+    assert cold.decide(66.0, fed(46, 66)).reason == "overdue"  # second 65 passes the end 60
+    assert cold.decide(72.5, fed(66, 76)).reason == "wait"
+    cold.mutate({"cold_evictions": 2})  # live: one more eviction counts as cold
+    assert cold.decide(72.5, fed(66, 76)).reason == "admit"
+    with pytest.raises(ConfigError, match="cold_evictions"):
+        AdmissionController(slide_s=10.0, cold_evictions=-1)
