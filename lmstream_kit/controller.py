@@ -266,14 +266,22 @@ class AdmissionController(BatchController):
         LR1T's third, the first to evict its join's state, took 1.5-2.3
         times its predecessors).  From three errors on the margin has its
         prediction bound.
-    cold_evictions : int, default 0
+    cold_evictions : int, default 2
         State evictions (progresses that report state rows removed) during which a batch that
         will evict has the ``cold_start`` margin, at least its prediction (>= 0; 0: none).  The
         batch after the one whose data passes a window's end (``window_period_s``, plus
         ``lateness_s``) drops that window's state, and the model, which sees bytes, has not seen
         that cost until an eviction ran: with the short first target LR1T's first eviction comes
         after ``cold_start``, and in 11 of 14 of lmstream's failed LR1T probes (2026-12-05/06)
-        the first late batch was the first eviction.
+        the first late batch was the first eviction.  On LR1T at 30,444 rows/s (80% of asap's
+        capacity; 2-core VM, 4 GiB driver, 5 runs each way, seeds 10-14) without it the first
+        eviction's learned margin was below its prediction in 4 runs and 2 of those batches were
+        late (one began a collector thrash: 55.6% within); with it 4 of 5 runs kept every batch
+        within, the rule raised the first eviction's margin in 3 (each within), and the fifth
+        failed on a first eviction whose learned margin was already above its prediction
+        (``benchmarks/results/lr1t-at-80pct-ce-{on,off}-2026-12-06``).  On the capacity search
+        it never acted (``lr1t-cold-evictions-2026-12-06``), so LR1T's capacity is unchanged.
+        0 is LMStream's rule.
     warmup : int, default 0
         Number of first observations to ignore (a cold JVM's first batch can
         take several times longer than the next ones).  Not live-mutable.
@@ -519,7 +527,7 @@ class AdmissionController(BatchController):
         prior_processing_s: float | None = None,
         min_margin_s: float = 0.0,
         cold_start: int = 3,
-        cold_evictions: int = 0,
+        cold_evictions: int = 2,
         interval_margin: bool = True,
         tumbling_target: str = "paper",
         window_target_s: float = 0.0,

@@ -365,8 +365,9 @@ def test_controller_parameters_reach_the_lmstream_controller_and_a_resume_must_k
     fake(make_run([], stop_at=1))
     with pytest.raises(Interrupted):
         run_bench(cfg, out)
-    with pytest.raises(ConfigError, match=r"its controller was \{'cold_start': 3, 'heap_admit': True, 'quantile': 0\.97, "
-                                          r"'min_margin_s': 0\.5\}, this command gives \{'cold_start': 3, 'heap_admit': True\}"):
+    with pytest.raises(ConfigError, match=r"its controller was \{'cold_start': 3, 'heap_admit': True, 'cold_evictions': 2, "
+                                          r"'quantile': 0\.97, 'min_margin_s': 0\.5\}, this command gives \{'cold_start': 3, "
+                                          r"'heap_admit': True, 'cold_evictions': 2\}"):
         run_bench(config(), out, resume=True)
 
 
@@ -376,17 +377,20 @@ def test_a_bench_from_before_cold_start_became_3_resumes_only_with_cold_start_0(
     with pytest.raises(Interrupted):
         run_bench(config(controller={"quantile": 0.97}), out)
     settings = json.loads((out / "bench-config.json").read_text())
-    assert settings["controller_defaults"] == {"cold_start": 3, "heap_admit": True}
+    assert settings["controller_defaults"] == {"cold_start": 3, "heap_admit": True, "cold_evictions": 2}
     del settings["controller_defaults"]  # as a settings file written before the default changed
     (out / "bench-config.json").write_text(json.dumps(settings))
-    with pytest.raises(ConfigError, match=r"its controller was \{'cold_start': 0, 'heap_admit': False, 'quantile': 0\.97\}, "
-                                          r"this command gives \{'cold_start': 3, 'heap_admit': True, 'quantile': 0\.97\}"):
+    with pytest.raises(ConfigError, match=r"its controller was \{'cold_start': 0, 'heap_admit': False, 'cold_evictions': 0, "
+                                          r"'quantile': 0\.97\}, this command gives \{'cold_start': 3, 'heap_admit': True, "
+                                          r"'cold_evictions': 2, 'quantile': 0\.97\}"):
         run_bench(config(controller={"quantile": 0.97}), out, resume=True)
     fake(make_run([]))
-    run_bench(config(controller={"quantile": 0.97, "cold_start": 0, "heap_admit": False}), out, resume=True)
+    run_bench(config(controller={"quantile": 0.97, "cold_start": 0, "heap_admit": False, "cold_evictions": 0}), out,
+              resume=True)
     settings = json.loads((out / "bench-config.json").read_text())
-    assert settings["controller_defaults"] == {"cold_start": 3, "heap_admit": True}
-    assert settings["config"]["controller"] == {"quantile": 0.97, "cold_start": 0, "heap_admit": False}
+    assert settings["controller_defaults"] == {"cold_start": 3, "heap_admit": True, "cold_evictions": 2}
+    assert settings["config"]["controller"] == {"quantile": 0.97, "cold_start": 0, "heap_admit": False,
+                                                "cold_evictions": 0}
 
 
 def test_a_bench_from_before_heap_admit_became_true_resumes_only_with_heap_admit_false(tmp_path, fake):
@@ -397,11 +401,25 @@ def test_a_bench_from_before_heap_admit_became_true_resumes_only_with_heap_admit
     settings = json.loads((out / "bench-config.json").read_text())
     settings["controller_defaults"] = {"cold_start": 3}  # as written between the two changes
     (out / "bench-config.json").write_text(json.dumps(settings))
-    with pytest.raises(ConfigError, match=r"its controller was \{'cold_start': 3, 'heap_admit': False\}, "
-                                          r"this command gives \{'cold_start': 3, 'heap_admit': True\}"):
+    with pytest.raises(ConfigError, match=r"its controller was \{'cold_start': 3, 'heap_admit': False, 'cold_evictions': 0\}, "
+                                          r"this command gives \{'cold_start': 3, 'heap_admit': True, 'cold_evictions': 2\}"):
         run_bench(config(), out, resume=True)
     fake(make_run([]))
-    run_bench(config(controller={"heap_admit": False}), out, resume=True)
+    run_bench(config(controller={"heap_admit": False, "cold_evictions": 0}), out, resume=True)
+
+
+def test_a_bench_from_before_cold_evictions_became_2_resumes_only_with_cold_evictions_0(tmp_path, fake):
+    out = tmp_path / "b"
+    fake(make_run([], stop_at=1))
+    with pytest.raises(Interrupted):
+        run_bench(config(), out)
+    settings = json.loads((out / "bench-config.json").read_text())
+    settings["controller_defaults"] = {"cold_start": 3, "heap_admit": True}  # as written before the change
+    (out / "bench-config.json").write_text(json.dumps(settings))
+    with pytest.raises(ConfigError, match=r"its controller was \{'cold_start': 3, 'heap_admit': True, 'cold_evictions': 0\}"):
+        run_bench(config(), out, resume=True)
+    fake(make_run([]))
+    run_bench(config(controller={"cold_evictions": 0}), out, resume=True)
 
 
 @pytest.mark.parametrize(("args", "said"), [

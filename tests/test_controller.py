@@ -527,7 +527,7 @@ def test_params_and_snapshot_json():
         "prior_processing_s": 0.5,
         "min_margin_s": 0.0,
         "cold_start": 3,
-        "cold_evictions": 0,
+        "cold_evictions": 2,
         "interval_margin": True,
         "catch_up": "chunks",
         "tumbling_target": "paper",

@@ -270,7 +270,7 @@ def test_cold_evictions_gives_the_batch_that_evicts_a_windows_state_the_cold_mar
     def fed(lo, hi):
         return [ds(s) for s in range(lo, hi)]
 
-    plain = AdmissionController(slide_s=10.0, cold_start=0, window_period_s=30.0, lateness_s=5.0)  # the default: 0
+    plain = AdmissionController(slide_s=10.0, cold_start=0, window_period_s=30.0, lateness_s=5.0, cold_evictions=0)
     cold = AdmissionController(slide_s=10.0, cold_start=0, window_period_s=30.0, lateness_s=5.0, cold_evictions=1)
     for c in (plain, cold):
         for i in range(1, 5):
