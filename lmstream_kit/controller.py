@@ -443,9 +443,10 @@ class AdmissionController(BatchController):
       batch was added to the model (an honest out-of-sample error), and ``B``
       their normal prediction bound at ``quantile`` (with ``interval_margin``;
       with fewer than 3 residuals ``B`` is their largest absolute value).
-      While fewer than ``cold_start`` batches were observed, a decision's
-      margin is also at least its prediction (:attr:`margin_s` is the learned
-      margin alone).
+      While fewer than ``cold_start`` batches were observed, and for a batch
+      that will evict a window's state while fewer than ``cold_evictions``
+      evictions ran, a decision's margin is also at least its prediction
+      (:attr:`margin_s` is the learned margin alone).
     * ``decide``, ``observe`` and ``mutate`` may be called from different
       threads.  One lock guards the state; ``decide`` aggregates ``pending``
       outside it and holds it only for O(1) work.  Changes made by ``mutate``
