@@ -393,33 +393,29 @@ def test_a_bench_from_before_cold_start_became_3_resumes_only_with_cold_start_0(
                                                 "cold_evictions": 0}
 
 
-def test_a_bench_from_before_heap_admit_became_true_resumes_only_with_heap_admit_false(tmp_path, fake):
+@pytest.mark.parametrize(("written", "was", "override"), [
+    # written between the two changes: heap_admit reads as False, cold_evictions as 0
+    ({"cold_start": 3},
+     (r"its controller was \{'cold_start': 3, 'heap_admit': False, 'cold_evictions': 0\}, "
+      r"this command gives \{'cold_start': 3, 'heap_admit': True, 'cold_evictions': 2\}"),
+     {"heap_admit": False, "cold_evictions": 0}),
+    # written before cold_evictions became 2
+    ({"cold_start": 3, "heap_admit": True},
+     r"its controller was \{'cold_start': 3, 'heap_admit': True, 'cold_evictions': 0\}",
+     {"cold_evictions": 0}),
+], ids=["heap_admit", "cold_evictions"])
+def test_a_bench_from_before_a_default_changed_resumes_only_with_the_old_value(tmp_path, fake, written, was, override):
     out = tmp_path / "b"
     fake(make_run([], stop_at=1))
     with pytest.raises(Interrupted):
         run_bench(config(), out)
     settings = json.loads((out / "bench-config.json").read_text())
-    settings["controller_defaults"] = {"cold_start": 3}  # as written between the two changes
+    settings["controller_defaults"] = written  # as a settings file of its day recorded them
     (out / "bench-config.json").write_text(json.dumps(settings))
-    with pytest.raises(ConfigError, match=r"its controller was \{'cold_start': 3, 'heap_admit': False, 'cold_evictions': 0\}, "
-                                          r"this command gives \{'cold_start': 3, 'heap_admit': True, 'cold_evictions': 2\}"):
+    with pytest.raises(ConfigError, match=was):
         run_bench(config(), out, resume=True)
     fake(make_run([]))
-    run_bench(config(controller={"heap_admit": False, "cold_evictions": 0}), out, resume=True)
-
-
-def test_a_bench_from_before_cold_evictions_became_2_resumes_only_with_cold_evictions_0(tmp_path, fake):
-    out = tmp_path / "b"
-    fake(make_run([], stop_at=1))
-    with pytest.raises(Interrupted):
-        run_bench(config(), out)
-    settings = json.loads((out / "bench-config.json").read_text())
-    settings["controller_defaults"] = {"cold_start": 3, "heap_admit": True}  # as written before the change
-    (out / "bench-config.json").write_text(json.dumps(settings))
-    with pytest.raises(ConfigError, match=r"its controller was \{'cold_start': 3, 'heap_admit': True, 'cold_evictions': 0\}"):
-        run_bench(config(), out, resume=True)
-    fake(make_run([]))
-    run_bench(config(controller={"cold_evictions": 0}), out, resume=True)
+    run_bench(config(controller=override), out, resume=True)
 
 
 @pytest.mark.parametrize(("args", "said"), [
