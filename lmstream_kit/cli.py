@@ -577,7 +577,7 @@ def compare(run_dirs):
 @click.option("--tumbling-target", default="window", show_default=True, type=click.Choice(["window", "paper"]), help="lmstream's target on tumbling queries: batch up to the window's length and admit at once what closes a window, or LMStream's running mean of past max latencies (paper).")
 @click.option("--service-model", default="bytes", show_default=True, type=click.Choice(["bytes", "features"]), help="lmstream's service-time model: bytes, or bytes, windows closed, state and evictions.")
 @click.option("--catch-up", "catch_up", default="chunks", show_default=True, type=click.Choice(["chunks", "all"]), help="lmstream's rule for a backlog that cannot meet the target in one batch: chunks that fit it, or all at once (LMStream's).")
-@click.option("--controller", "controller_params", multiple=True, metavar="KEY=VALUE", help="A parameter of the lmstream policy's admission controller, e.g. quantile=0.97 or min_margin_s=0.5, to measure a margin rule (repeatable; keys: quantile, history, min_margin_s, cold_start, interval_margin, prior_processing_s, initial_target_s, poll_interval_s, warmup, gc_margin, heap_admit, idle_collect, close_horizon, row_cap, cold_evictions).")
+@click.option("--controller", "controller_params", multiple=True, metavar="KEY=VALUE", help="A parameter of the lmstream policy's admission controller, e.g. quantile=0.97 or min_margin_s=0.5, to measure a margin rule (repeatable; keys: quantile, history, min_margin_s, cold_start, interval_margin, prior_processing_s, initial_target_s, poll_interval_s, warmup, gc_margin, heap_admit, idle_collect, close_horizon, row_cap, cold_evictions, evict_horizon).")
 @click.option("--capacity-budget", default=None, type=float, metavar="SECONDS", help="Wall seconds for the whole capacity search; after them no probe starts and each unfinished query and policy is reported as not converged, with its bracket so far [default: no limit].")
 @click.option("--output", default="noop", show_default=True, type=click.Choice(["noop", "parquet"]), help="Sink of every cell.")
 @click.option("--master", default="local[2]", show_default=True, help="Spark master: local[N] or spark://host:port.")
@@ -590,11 +590,12 @@ def compare(run_dirs):
 @click.option("--jars", default=None, help="Comma-separated jars for Spark (spark.jars).")
 @click.option("--feed", default=None, metavar="kafka://HOST:PORT/PREFIX", help="Send every run's traffic through a Kafka topic of its own (PREFIX-RUN-START, created) and stream from it; ?format=avro for Avro values [default: the spool].")
 @click.option("--kafka-partitions", default=2, show_default=True, type=int, help="Partitions of each topic of --feed.")
+@click.option("--state-store", default="default", show_default=True, type=click.Choice(["default", "rocksdb"]), help="State store of every run's stateful operators: Spark's default keeps the state in the JVM's heap (the driver's, in local mode), rocksdb in native memory and local files.")
 @click.option("--preset", default=None, type=click.Choice(sorted(BENCH_PRESETS)), help="Start from a named sweep; options given explicitly override it. paper: the reproduction of docs/reproduction.md (all six queries, three policies, both traffic kinds, 120 simulated s at speedup 2, the capacity search (120 s probes up to 128,000 rows/s, 16 per query and policy) with a 6 h budget, overload cells for Fig. 1 on LR2S at 192,000 rows/s (above the fixed trigger's own limit) and LR1S at 2,000, cells at 80% of asap's capacity, a 4 GiB driver heap; a --conf given adds to its confs).")
 @click.option("--resume", is_flag=True, default=False, help="Go on with the interrupted bench in --out: the cells and capacity probes it finished are kept, the rest run. Give the same options (a setting that changes what a cell measures is refused).")
 @click.option("--remeasure", "remeasure", multiple=True, metavar="QUERY", help="With --resume: run QUERY's finished cells again, every policy side by side (repeatable). A resumed bench also runs again every policy of a cell that failed or is new.")
 @click.option("--out", "out", required=True, type=click.Path(path_type=Path), help="Bench directory.")
-def bench(queries, policies, traffic, duration, repeat, speedup, rate, spread, seed, trigger_s, warmup_s, jvm_warmup_s, capacity, capacity_duration, capacity_start, capacity_probes, capacity_max_rate, capacity_min_batches, capacity_budget, overloads, at_capacity, tumbling_target, service_model, catch_up, controller_params, output, master, results_format, reproduction, notes, device_mode, optimizer, confs, jars, feed, kafka_partitions, preset, resume, remeasure, out):
+def bench(queries, policies, traffic, duration, repeat, speedup, rate, spread, seed, trigger_s, warmup_s, jvm_warmup_s, capacity, capacity_duration, capacity_start, capacity_probes, capacity_max_rate, capacity_min_batches, capacity_budget, overloads, at_capacity, tumbling_target, service_model, catch_up, controller_params, output, master, results_format, reproduction, notes, device_mode, optimizer, confs, jars, feed, kafka_partitions, state_store, preset, resume, remeasure, out):
     """Run queries x policies x traffic and write results.parquet and report.html.
 
     Every cell runs to the end of its traffic on one SparkSession; the same
@@ -630,7 +631,7 @@ def bench(queries, policies, traffic, duration, repeat, speedup, rate, spread, s
         master=master,
         results_format=results_format,
         spark_conf=_spark_conf(confs, jars), device_mode=device_mode, optimizer=optimizer,
-        feed=feed, kafka_partitions=kafka_partitions,
+        feed=feed, kafka_partitions=kafka_partitions, state_store=state_store,
     )
     notes_text = notes.read_text() if notes is not None else None
     _quiet_py4j()  # a Ctrl-C cancels the batch job: py4j would print the foreachBatch callback's traceback

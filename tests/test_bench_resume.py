@@ -434,3 +434,30 @@ def test_a_bad_controller_parameter_is_one_line_before_anything_starts(tmp_path,
     assert code == 2 and len(err) == 1, err
     assert err[0].startswith(said), err[0]
     assert not out.exists()
+
+
+def test_the_state_store_reaches_every_runs_query_and_a_resume_must_keep_it(tmp_path, fake, monkeypatch):
+    import lmstream_kit.live
+    from lmstream_kit.bench.run import _Runner
+    from lmstream_kit.engine.state import PROVIDER_CONF, ROCKSDB_PROVIDER
+
+    monkeypatch.setattr(lmstream_kit.live, "SparkEngine", FakeEngine)  # live.py's own name, restored after
+    for store, provider in (("rocksdb", ROCKSDB_PROVIDER), ("default", None)):
+        stream = _Runner(config(state_store=store), tmp_path, spark=None, meter=None, stamp="s").stream(
+            "LR2S", "asap", "constant", rate=1000.0, seed=0, duration_s=20.0, run_dir=tmp_path / store)
+        assert stream._query_confs.get(PROVIDER_CONF) == provider
+    with pytest.raises(ConfigError, match=r"^state_store must be 'default' or 'rocksdb', got 'lsm'$"):
+        config(state_store="lsm")
+    out = tmp_path / "b"
+    fake(make_run([], stop_at=1))
+    with pytest.raises(Interrupted):
+        run_bench(config(), out)
+    with pytest.raises(ConfigError, match=r"its state_store was 'default', this command gives 'rocksdb'"):
+        run_bench(config(state_store="rocksdb"), out, resume=True)
+    settings = json.loads((out / "bench-config.json").read_text())
+    del settings["config"]["state_store"]  # as a settings file written before the option: Spark's default store
+    (out / "bench-config.json").write_text(json.dumps(settings))
+    with pytest.raises(ConfigError, match=r"its state_store was 'default', this command gives 'rocksdb'"):
+        run_bench(config(state_store="rocksdb"), out, resume=True)
+    fake(make_run([]))
+    run_bench(config(), out, resume=True)

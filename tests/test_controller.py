@@ -535,6 +535,7 @@ def test_params_and_snapshot_json():
         "close_period_s": 0.0,
         "lateness_s": 0.0,
         "close_horizon": True,
+        "evict_horizon": False,
         "service_model": "bytes",
         "window_period_s": 0.0,
         "gc_margin": False,

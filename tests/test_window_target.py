@@ -265,6 +265,29 @@ def test_overload_cells_make_claim_1b_fig1_and_their_own_section_but_stay_out_of
     assert "LR2S lmstream" in html_page  # lmstream's dotted line beside fixed's in Fig. 1
 
 
+def test_evict_horizon_takes_a_joins_window_ends_as_closes():
+    # LR1T at speedup 10: 30 s windows, 5 s lateness, results that do not wait for a close; second s
+    # arrives at s / 10 s, the target is 3 s
+    def join(**kw):
+        return window_gate(close_period_s=0.0, window_period_s=30.0, window_target_s=3.0, initial_target_s=3.0,
+                           prior_processing_s=0.1, **kw)
+
+    plain, evicting = join(), join(evict_horizon=True)
+    for c in (plain, evicting):
+        assert c.decide(2.9, fed(0, 29)).reason == "admit"
+    # second 35 moves the watermark past the end 30: the batch after it drops [0, 30)'s state
+    assert plain.decide(3.6, fed(29, 36)).reason == "wait"
+    d = evicting.decide(3.6, fed(29, 36))
+    assert (d.admit, d.reason, d.take) == (True, "window", None)
+    assert evicting.decide(4.0, fed(36, 40)).reason == "emit"  # the evicting batch goes at once too
+    assert evicting.decide(4.5, fed(40, 45)).reason == "wait"  # [30, 60) ends with second 65
+    assert evicting.decide(6.55, fed(40, 66)).reason == "window"
+    # a live parameter: off, the join's window ends are no closes again
+    assert evicting.decide(6.7, fed(66, 67)).reason == "emit"
+    evicting.mutate({"evict_horizon": False})
+    assert evicting.decide(9.55, fed(80, 96)).reason == "wait"  # second 95 passes the end 90
+
+
 def test_cold_evictions_gives_the_batch_that_evicts_a_windows_state_the_cold_margin_until_one_ran():
     # 30 s windows, 5 s lateness, a 10 s target at speedup 1; every 1,000-byte batch took 2 s
     def fed(lo, hi):

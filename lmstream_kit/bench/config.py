@@ -8,6 +8,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Mapping, Optional, Sequence
 
 from ..devices import check_device_mode
+from ..engine.state import state_store_confs
 from ..exceptions import ConfigError
 from ..policies import POLICIES
 from ..workloads import Workload, load_workload
@@ -105,6 +106,10 @@ class BenchConfig:
         same seed gives the same rows on both, so two benches compare the feeds.
     kafka_partitions : int
         Partitions of each topic of ``feed``.
+    state_store : {"default", "rocksdb"}
+        The state store of every run's stateful operators (:data:`~lmstream_kit.engine.state.STATE_STORES`):
+        Spark's default keeps the state in the JVM's heap (the driver's, in local mode), RocksDB
+        off it, in native memory and local files.
     """
 
     queries: Sequence[str] = ALL_QUERIES
@@ -141,6 +146,7 @@ class BenchConfig:
     catch_up: str = "chunks"
     service_model: str = "bytes"
     controller: dict = field(default_factory=dict)
+    state_store: str = "default"
 
     def __post_init__(self) -> None:
         check_device_mode(self.device_mode)
@@ -202,6 +208,7 @@ class BenchConfig:
         if self.catch_up not in ("chunks", "all"):
             raise ConfigError(f"catch-up must be 'chunks' or 'all', got {self.catch_up!r}")
         self.controller = check_controller_params(self.controller)
+        state_store_confs(self.state_store)  # a ConfigError naming a state store Spark does not have
         if self.capacity_start is not None and not self.capacity_start > 0:
             raise ConfigError(f"capacity start rate must be > 0, got {self.capacity_start!r}")
         share = self.at_capacity
@@ -310,7 +317,7 @@ def _names(value, what: str) -> list:
 #: the others come from the workload's window or from a bench option of their own
 CONTROLLER_KEYS = ("quantile", "history", "min_margin_s", "cold_start", "interval_margin", "prior_processing_s",
                    "initial_target_s", "poll_interval_s", "warmup", "gc_margin", "heap_admit",
-                   "idle_collect", "close_horizon", "row_cap", "cold_evictions")
+                   "idle_collect", "close_horizon", "row_cap", "cold_evictions", "evict_horizon")
 _CONTROLLER_OPTIONS = {"catch_up": "catch_up (bench --catch-up)", "service_model": "service_model (--service-model)",
                        "tumbling_target": "tumbling_target (--tumbling-target)"}
 

@@ -51,7 +51,9 @@ from ..metrics import read_jsonl
 #: it resumes: each changes what a cell (and a probe) measures
 RESUME_KEYS = ("duration_s", "speedup", "spread", "seed", "trigger_s", "master", "output", "read",
                "spark_conf", "device_mode", "optimizer", "feed", "kafka_partitions", "tumbling_target",
-               "catch_up", "service_model", "controller")
+               "catch_up", "service_model", "controller", "state_store")
+#: what a :data:`RESUME_KEYS` setting was in a bench whose settings file predates it
+RESUME_KEYS_BEFORE = {"state_store": "default"}
 #: the settings only the capacity search's probes depend on: a resume that changes one keeps the
 #: cells and starts the search over (:func:`probes_stale`)
 PROBE_KEYS = ("capacity_duration_s", "capacity_start", "capacity_max_rate", "capacity_min_batches")
@@ -172,6 +174,7 @@ def check(out: Path, config: Mapping[str, Any]) -> dict | None:
         before = saved["config"]
     except (ValueError, KeyError, TypeError):
         raise ConfigError(f"cannot resume the bench in {out}: {path.name} is not a bench's settings file") from None
+    before = {**RESUME_KEYS_BEFORE, **before}
     for key in RESUME_KEYS:
         if key not in before or key not in config:
             continue

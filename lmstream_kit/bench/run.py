@@ -143,6 +143,7 @@ class _Runner:
                         **self.cfg.controller},
             kafka=self.cfg.topic_uri(run_dir.name, self.stamp),
             kafka_partitions=self.cfg.kafka_partitions,
+            state_store=self.cfg.state_store,
         )
 
     def run(self, query: str, policy: str, traffic: str, *, rate: float, seed: int, duration_s: float,
