@@ -8,7 +8,6 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Mapping, Optional, Sequence
 
 from ..devices import check_device_mode
-from ..engine.state import state_store_confs
 from ..exceptions import ConfigError
 from ..policies import POLICIES
 from ..workloads import Workload, load_workload
@@ -208,7 +207,8 @@ class BenchConfig:
         if self.catch_up not in ("chunks", "all"):
             raise ConfigError(f"catch-up must be 'chunks' or 'all', got {self.catch_up!r}")
         self.controller = check_controller_params(self.controller)
-        state_store_confs(self.state_store)  # a ConfigError naming a state store Spark does not have
+        if self.state_store not in ("default", "rocksdb"):  # the engine's STATE_STORES
+            raise ConfigError(f"state_store must be 'default' or 'rocksdb', got {self.state_store!r}")
         if self.capacity_start is not None and not self.capacity_start > 0:
             raise ConfigError(f"capacity start rate must be > 0, got {self.capacity_start!r}")
         share = self.at_capacity
