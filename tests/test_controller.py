@@ -535,7 +535,7 @@ def test_params_and_snapshot_json():
         "close_period_s": 0.0,
         "lateness_s": 0.0,
         "close_horizon": True,
-        "evict_horizon": False,
+        "evict_horizon": True,
         "service_model": "bytes",
         "window_period_s": 0.0,
         "gc_margin": False,

@@ -272,7 +272,7 @@ def test_evict_horizon_takes_a_joins_window_ends_as_closes():
         return window_gate(close_period_s=0.0, window_period_s=30.0, window_target_s=3.0, initial_target_s=3.0,
                            prior_processing_s=0.1, **kw)
 
-    plain, evicting = join(), join(evict_horizon=True)
+    plain, evicting = join(evict_horizon=False), join()  # on by default
     for c in (plain, evicting):
         assert c.decide(2.9, fed(0, 29)).reason == "admit"
     # second 35 moves the watermark past the end 30: the batch after it drops [0, 30)'s state
