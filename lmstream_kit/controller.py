@@ -371,7 +371,7 @@ class AdmissionController(BatchController):
         its 1-2 s error otherwise keeps the margin up (and the batches small) for the next
         ``history`` batches; and when the next one is due the margin has room for its pause.
         The first full collection of a run is not foreseen: no pause is known yet.
-    heap_admit : bool, default True
+    heap_admit : bool, default False
         Admit at once, instead of waiting for more data, where the heap forecast
         (:class:`~lmstream_kit.service_model.HeapForecast`) says the pending batch already
         overflows the driver's old generation (reason ``"heap"``).  Waiting would only make the
@@ -384,7 +384,13 @@ class AdmissionController(BatchController):
         ``benchmarks/results/lr1t-heap-admit-*-collected``).  A third search with it on
         (``paper-collected-heap``) found 14,672-16,000, failing at 16,000 on one late batch of
         seven, twice, where the rule never acted: a single LR1T search moves by 2x, so that gain
-        is not settled.  ``False`` is LMStream's rule.
+        is not settled.  Off by default since 2026-12-06 (LMStream's rule): with ``evict_horizon``
+        it cost LR1T both capacity and CPU.  A side-by-side search found lmstream at
+        37,644-40,609 rows/s without it (37,644 passed twice) and 34,896-37,644 with it, asap at
+        34,896-37,644 in both; at 30,444 rows/s every batch was within either way, at 0.64-0.69x
+        asap's CPU per row without it and 0.80-0.83x with it, whose 91,000-274,000-row batches
+        after each window's end paid a fixed cost each
+        (``benchmarks/results/lr1t-{eh-no-heap-admit-capacity,at-80pct-eh-no-heap-admit}-2026-12-06``).
     idle_collect : bool, default False
         Collect the driver's heap while the pending data waits, where the heap forecast
         (:meth:`~lmstream_kit.service_model.HeapForecast.collection_near`) says the next batch is
@@ -557,7 +563,7 @@ class AdmissionController(BatchController):
         window_period_s: float = 0.0,
         catch_up: str = "chunks",
         gc_margin: bool = False,
-        heap_admit: bool = True,
+        heap_admit: bool = False,
         idle_collect: bool = False,
         row_cap: bool = False,
         warmup: int = 0,

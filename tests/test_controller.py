@@ -539,7 +539,7 @@ def test_params_and_snapshot_json():
         "service_model": "bytes",
         "window_period_s": 0.0,
         "gc_margin": False,
-        "heap_admit": True,
+        "heap_admit": False,
         "idle_collect": False,
         "row_cap": False,
         "warmup": 0,
@@ -664,8 +664,8 @@ def test_gc_margin_reads_a_progress_that_comes_before_its_batchs_record_and_can_
 
 
 def test_heap_admit_admits_at_once_where_the_pending_batch_overflows_the_old_generation():
-    plain = AdmissionController(slide_s=5.0, cold_start=0, heap_admit=False)
-    heap = AdmissionController(slide_s=5.0, cold_start=0)  # the default
+    plain = AdmissionController(slide_s=5.0, cold_start=0)  # the default: LMStream's rule
+    heap = AdmissionController(slide_s=5.0, cold_start=0, heap_admit=True)
     for c in (plain, heap):
         for i in range(1, 5):  # 1,000-row batches of 0.5 s; the old generation grows 50 MB each
             c.observe(BatchObservation(rows=1000, nbytes=64000, processing_s=0.5, max_latency_s=2.0, batch_id=i))

@@ -28,7 +28,7 @@ Examples
 >>> from pathlib import Path
 >>> d = Path(tempfile.mkdtemp())
 >>> start(d, {"speedup": 2.0, "duration_s": 120.0, "queries": ["LR2S"]}, "2026-11-25T02:00:00+00:00")
-{'config': {'speedup': 2.0, 'duration_s': 120.0, 'queries': ['LR2S']}, 'controller_defaults': {'cold_start': 3, 'heap_admit': True, 'cold_evictions': 2, 'evict_horizon': True}, 'started_at': '2026-11-25T02:00:00+00:00', 'resumed_at': [], 'commits': [None]}
+{'config': {'speedup': 2.0, 'duration_s': 120.0, 'queries': ['LR2S']}, 'controller_defaults': {'cold_start': 3, 'heap_admit': False, 'cold_evictions': 2, 'evict_horizon': True}, 'started_at': '2026-11-25T02:00:00+00:00', 'resumed_at': [], 'commits': [None]}
 >>> check(d, {"speedup": 4.0, "duration_s": 120.0, "queries": ["LR1S"]})
 Traceback (most recent call last):
 ...
@@ -136,7 +136,7 @@ def controller_defaults() -> dict:
     """Today's defaults of the controller parameters in :data:`CONTROLLER_DEFAULTS_BEFORE`.
 
     >>> controller_defaults()
-    {'cold_start': 3, 'heap_admit': True, 'cold_evictions': 2, 'evict_horizon': True}
+    {'cold_start': 3, 'heap_admit': False, 'cold_evictions': 2, 'evict_horizon': True}
     """
     import inspect
 
@@ -154,7 +154,7 @@ def effective_controller(saved: Mapping[str, Any] | None, controller: Mapping[st
     >>> effective_controller({}, {"quantile": 0.97})
     {'cold_start': 0, 'heap_admit': False, 'cold_evictions': 0, 'evict_horizon': False, 'quantile': 0.97}
     >>> effective_controller(None, {"cold_start": 1})
-    {'cold_start': 1, 'heap_admit': True, 'cold_evictions': 2, 'evict_horizon': True}
+    {'cold_start': 1, 'heap_admit': False, 'cold_evictions': 2, 'evict_horizon': True}
     """
     if saved is None:
         defaults = controller_defaults()
