@@ -807,8 +807,10 @@ class AdmissionController(BatchController):
                     if dec.reason != "catch-up":
                         self._chunk_backlogs.clear()  # the next chunks are another catch-up's
                     self._collects_admitted, self._collects = self._collects, 0
-                    self._note_admitted(pending if dec.take is None else pending[:dec.take])
-                    self._emit_due = reason == "window"
+                    # whatever admitted the data that closes a window (``"window"``, or a rule before
+                    # it: the target, a close or the heap), the batch after it emits (and evicts)
+                    closes = self._note_admitted(pending if dec.take is None else pending[:dec.take])
+                    self._emit_due = closes and self._closes_apply()
             self._last_decision = dec
         return dec
 
@@ -900,13 +902,19 @@ class AdmissionController(BatchController):
         if self._features_model is not None:
             self._features_model.close()
 
+    def _closes_apply(self) -> bool:
+        """Whether the ``"window"`` target's closes apply: a tumbling window, that target and a close
+        period (``close_period_s``, or the window ends with ``evict_horizon``)."""
+        return (self._p["slide_s"] <= 0.0 and self._p["tumbling_target"] == "window"
+                and self._close_period() > 0.0)
+
     def _window_close(self, pending: Sequence) -> bool | float | None:
         """With the ``"window"`` target (lock held): True where ``pending`` holds data that closes a window
         still open; else the event second whose arrival will close the next one (None: no window
         closes, or nothing tells: another target, no close period, no data with an event second)."""
-        period = self._close_period()
-        if self._p["slide_s"] > 0.0 or self._p["tumbling_target"] != "window" or period <= 0.0:
+        if not self._closes_apply():
             return None
+        period = self._close_period()
         seconds = [float(s) for d in pending if (s := getattr(d, "second", None)) is not None]
         if not seconds:
             return None
@@ -969,20 +977,27 @@ class AdmissionController(BatchController):
         passed = max(v for v in self._closed_ends.values() if v is not None)
         return window_end_at(passed, period)
 
-    def _note_admitted(self, admitted: Sequence) -> None:
+    def _note_admitted(self, admitted: Sequence) -> bool:
+        """Note the window ends the ``admitted`` data lets the watermark pass; whether it closes a
+        window whose results wait for the close (``close_period_s``, or the window ends with
+        ``evict_horizon``)."""
         seconds = [float(s) for d in admitted if (s := getattr(d, "second", None)) is not None]
         self._evicts_next = False
         if not seconds:
-            return
+            return False
+        closes = False
         for period in {self._p["window_period_s"], self._close_period()}:
             if period > 0.0:
                 closed, passed = window_ends_passed(self._closed_end(period), seconds, period, self._p["lateness_s"])
                 self._closed_ends[period] = closed
+                if passed and period == self._close_period():
+                    closes = True
                 if passed and period == self._p["window_period_s"]:
                     # Spark's watermark for the next batch passes a window's end: that batch drops the
                     # window's state (LR1T: the state rows removed, in the batch after the one whose data
                     # passed each 30 s window's end plus the lateness, in every probe of 2026-12-05)
                     self._evicts_next = True
+        return closes
 
     def _fits(self, pending: Sequence, budget: float, features: Mapping[str, float] | None = None) -> int:
         """How many of the oldest ``pending`` datasets the model predicts to finish within ``budget``."""

@@ -288,6 +288,22 @@ def test_evict_horizon_takes_a_joins_window_ends_as_closes():
     assert evicting.decide(9.55, fed(80, 96)).reason == "wait"  # second 95 passes the end 90
 
 
+def test_the_batch_after_data_that_closes_a_window_goes_at_once_whatever_admitted_that_data():
+    # LR1T at speedup 10 as above. Second 35 passes the end 30; admitted by the target ("admit"),
+    # not by the window rule, the batch after it (which evicts [0, 30)) must go at once all the same:
+    # it waited for the target instead, 11 s of data and the eviction in one batch (LR1T, 34,896 rows/s)
+    def join(**kw):
+        return window_gate(close_period_s=0.0, window_period_s=30.0, window_target_s=3.0, initial_target_s=3.0,
+                           prior_processing_s=0.1, **kw)
+
+    for c, after in ((join(), "emit"), (join(evict_horizon=False), "wait"), (join(tumbling_target="paper"), "wait")):
+        assert c.decide(3.5, fed(6, 36)).reason == "admit"  # 2.9 s old, 0.1 s predicted: seconds 6..35 go
+        assert c.decide(3.7, fed(36, 37)).reason == after, c
+    cm1t = window_gate(window_period_s=60.0, initial_target_s=30.0, prior_processing_s=0.1)
+    assert cm1t.decide(30.4, fed(5, 300)).reason == "admit"  # seconds 5..299 close [0, 60) (at 65)
+    assert cm1t.decide(30.5, fed(300, 301)).reason == "emit"
+
+
 def test_cold_evictions_gives_the_batch_that_evicts_a_windows_state_the_cold_margin_until_one_ran():
     # 30 s windows, 5 s lateness, a 10 s target at speedup 1; every 1,000-byte batch took 2 s
     def fed(lo, hi):
