@@ -985,12 +985,12 @@ class AdmissionController(BatchController):
         self._evicts_next = False
         if not seconds:
             return False
-        closes = False
-        for period in {self._p["window_period_s"], self._close_period()}:
+        closes, close_period = False, self._close_period()
+        for period in {self._p["window_period_s"], close_period}:
             if period > 0.0:
                 closed, passed = window_ends_passed(self._closed_end(period), seconds, period, self._p["lateness_s"])
                 self._closed_ends[period] = closed
-                if passed and period == self._close_period():
+                if passed and period == close_period:
                     closes = True
                 if passed and period == self._p["window_period_s"]:
                     # Spark's watermark for the next batch passes a window's end: that batch drops the

@@ -24,7 +24,7 @@ from .policies import Policy, get_policy
 from .protocol import Param
 from .workloads import Workload, load_workload
 
-__all__ = ["MASTER_FORMS", "StreamConfig", "check_master"]
+__all__ = ["MASTER_FORMS", "STATE_STORES", "StreamConfig", "check_master", "check_state_store"]
 
 
 def _positive(name: str, value: Any, *, allow_none: bool = False) -> float | None:
@@ -74,6 +74,25 @@ def _master_problem(master: str) -> str | None:
     if master in ("yarn-client", "yarn-cluster"):
         return "Spark 3 replaced it by yarn (with spark.submit.deployMode)"
     return ""
+
+
+#: ``state_store=`` choices: Spark's default (HDFS-backed) store, or RocksDB
+STATE_STORES = ("default", "rocksdb")
+
+
+def check_state_store(state_store: str) -> str:
+    """``state_store`` when it names a state store the kit can start a query on; else a ConfigError.
+
+    >>> check_state_store("rocksdb")
+    'rocksdb'
+    >>> check_state_store("lsm")
+    Traceback (most recent call last):
+    ...
+    lmstream_kit.exceptions.ConfigError: state_store must be 'default' or 'rocksdb', got 'lsm'
+    """
+    if state_store not in STATE_STORES:
+        raise ConfigError(f"state_store must be 'default' or 'rocksdb', got {state_store!r}")
+    return state_store
 
 
 def check_master(master: str) -> str:

@@ -265,14 +265,15 @@ def test_overload_cells_make_claim_1b_fig1_and_their_own_section_but_stay_out_of
     assert "LR2S lmstream" in html_page  # lmstream's dotted line beside fixed's in Fig. 1
 
 
-def test_evict_horizon_takes_a_joins_window_ends_as_closes():
+def join_gate(**kw):
     # LR1T at speedup 10: 30 s windows, 5 s lateness, results that do not wait for a close; second s
     # arrives at s / 10 s, the target is 3 s
-    def join(**kw):
-        return window_gate(close_period_s=0.0, window_period_s=30.0, window_target_s=3.0, initial_target_s=3.0,
-                           prior_processing_s=0.1, **kw)
+    return window_gate(close_period_s=0.0, window_period_s=30.0, window_target_s=3.0, initial_target_s=3.0,
+                       prior_processing_s=0.1, **kw)
 
-    plain, evicting = join(evict_horizon=False), join()  # on by default
+
+def test_evict_horizon_takes_a_joins_window_ends_as_closes():
+    plain, evicting = join_gate(evict_horizon=False), join_gate()  # on by default
     for c in (plain, evicting):
         assert c.decide(2.9, fed(0, 29)).reason == "admit"
     # second 35 moves the watermark past the end 30: the batch after it drops [0, 30)'s state
@@ -292,11 +293,8 @@ def test_the_batch_after_data_that_closes_a_window_goes_at_once_whatever_admitte
     # LR1T at speedup 10 as above. Second 35 passes the end 30; admitted by the target ("admit"),
     # not by the window rule, the batch after it (which evicts [0, 30)) must go at once all the same:
     # it waited for the target instead, 11 s of data and the eviction in one batch (LR1T, 34,896 rows/s)
-    def join(**kw):
-        return window_gate(close_period_s=0.0, window_period_s=30.0, window_target_s=3.0, initial_target_s=3.0,
-                           prior_processing_s=0.1, **kw)
-
-    for c, after in ((join(), "emit"), (join(evict_horizon=False), "wait"), (join(tumbling_target="paper"), "wait")):
+    for c, after in ((join_gate(), "emit"), (join_gate(evict_horizon=False), "wait"),
+                     (join_gate(tumbling_target="paper"), "wait")):
         assert c.decide(3.5, fed(6, 36)).reason == "admit"  # 2.9 s old, 0.1 s predicted: seconds 6..35 go
         assert c.decide(3.7, fed(36, 37)).reason == after, c
     cm1t = window_gate(window_period_s=60.0, initial_target_s=30.0, prior_processing_s=0.1)

@@ -10,6 +10,7 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 from ..devices import check_device_mode
 from ..exceptions import ConfigError
 from ..policies import POLICIES
+from ..stream_config import check_state_store
 from ..workloads import Workload, load_workload
 
 ProgressFn = Callable[[dict], None]
@@ -106,7 +107,7 @@ class BenchConfig:
     kafka_partitions : int
         Partitions of each topic of ``feed``.
     state_store : {"default", "rocksdb"}
-        The state store of every run's stateful operators (:data:`~lmstream_kit.engine.state.STATE_STORES`):
+        The state store of every run's stateful operators (:data:`~lmstream_kit.stream_config.STATE_STORES`):
         Spark's default keeps the state in the JVM's heap (the driver's, in local mode), RocksDB
         off it, in native memory and local files.
     """
@@ -207,8 +208,7 @@ class BenchConfig:
         if self.catch_up not in ("chunks", "all"):
             raise ConfigError(f"catch-up must be 'chunks' or 'all', got {self.catch_up!r}")
         self.controller = check_controller_params(self.controller)
-        if self.state_store not in ("default", "rocksdb"):  # the engine's STATE_STORES
-            raise ConfigError(f"state_store must be 'default' or 'rocksdb', got {self.state_store!r}")
+        check_state_store(self.state_store)
         if self.capacity_start is not None and not self.capacity_start > 0:
             raise ConfigError(f"capacity start rate must be > 0, got {self.capacity_start!r}")
         share = self.at_capacity

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from ..exceptions import ConfigError, EngineError, one_line
+from ..stream_config import STATE_STORES, check_state_store
 
 __all__ = ["PROVIDER_CONF", "ROCKSDB_PROVIDER", "STATE_STORES", "checkpoint_conf", "recover_unfinished_repartition",
            "collect_heap", "release_state_stores", "repartition_state", "repartition_unsupported", "state_partitions",
@@ -31,8 +32,6 @@ __all__ = ["PROVIDER_CONF", "ROCKSDB_PROVIDER", "STATE_STORES", "checkpoint_conf
 PROVIDER_CONF = "spark.sql.streaming.stateStore.providerClass"
 #: RocksDB's state store provider: the one Spark's offline repartition rewrites
 ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
-#: ``state_store=`` choices: Spark's default (HDFS-backed) store, or RocksDB
-STATE_STORES = ("default", "rocksdb")
 _SHUFFLE_CONF = "spark.sql.shuffle.partitions"
 #: RocksDB copies its files with Hadoop's checksummed local file system, which the kit's sessions
 #: replace by the raw one for file:// (faster checkpoints): a RocksDB query gets it back, uncached
@@ -52,8 +51,7 @@ def state_store_confs(state_store: str = "default", state_partitions: int | None
     ...
     lmstream_kit.exceptions.ConfigError: state_store must be 'default' or 'rocksdb', got 'lsm'
     """
-    if state_store not in STATE_STORES:
-        raise ConfigError(f"state_store must be 'default' or 'rocksdb', got {state_store!r}")
+    check_state_store(state_store)
     confs = dict(_ROCKSDB_CONFS) if state_store == "rocksdb" else {}
     if state_partitions is not None:
         if isinstance(state_partitions, bool) or not isinstance(state_partitions, int) or state_partitions < 1:
