@@ -278,7 +278,10 @@ BENCH_PRESETS = {
               # LR1S at 2,000 misses the bound and keeps up
               "overloads": ("LR2S=256000", "LR1S=2000"), "at_capacity": 0.8,
               # at Spark's 1 GiB the fixed trigger's growing LR1S batches at 2,000 rows/s ran out of heap
-              "confs": ("spark.driver.memory=4g",)},
+              "confs": ("spark.driver.memory=4g",),
+              # the reproduction's margin rule, given by hand to every part of paper-collected-heap: the 0.97
+              # quantile of the model's errors, at least 0.5 s; a --controller given adds to it (a given key wins)
+              "controller_params": ("quantile=0.97", "min_margin_s=0.5")},
 }
 
 
@@ -591,7 +594,7 @@ def compare(run_dirs):
 @click.option("--feed", default=None, metavar="kafka://HOST:PORT/PREFIX", help="Send every run's traffic through a Kafka topic of its own (PREFIX-RUN-START, created) and stream from it; ?format=avro for Avro values [default: the spool].")
 @click.option("--kafka-partitions", default=2, show_default=True, type=int, help="Partitions of each topic of --feed.")
 @click.option("--state-store", default="default", show_default=True, type=click.Choice(["default", "rocksdb"]), help="State store of every run's stateful operators: Spark's default keeps the state in the JVM's heap (the driver's, in local mode), rocksdb in native memory and local files.")
-@click.option("--preset", default=None, type=click.Choice(sorted(BENCH_PRESETS)), help="Start from a named sweep; options given explicitly override it. paper: the reproduction of docs/reproduction.md (all six queries, three policies, both traffic kinds, 120 simulated s at speedup 2, the capacity search (120 s probes up to 128,000 rows/s, 16 per query and policy) with a 6 h budget, overload cells for Fig. 1 on LR2S at 192,000 rows/s (above the fixed trigger's own limit) and LR1S at 2,000, cells at 80% of asap's capacity, a 4 GiB driver heap; a --conf given adds to its confs).")
+@click.option("--preset", default=None, type=click.Choice(sorted(BENCH_PRESETS)), help="Start from a named sweep; options given explicitly override it. paper: the reproduction of docs/reproduction.md (all six queries, three policies, both traffic kinds, 120 simulated s at speedup 2, the capacity search (120 s probes up to 128,000 rows/s, 16 per query and policy) with a 6 h budget, overload cells for Fig. 1 on LR2S at 192,000 rows/s (above the fixed trigger's own limit) and LR1S at 2,000, cells at 80% of asap's capacity, a 4 GiB driver heap, the controller's margin at quantile=0.97 and min_margin_s=0.5; a --conf or --controller given adds to its own).")
 @click.option("--resume", is_flag=True, default=False, help="Go on with the interrupted bench in --out: the cells and capacity probes it finished are kept, the rest run. Give the same options (a setting that changes what a cell measures is refused).")
 @click.option("--remeasure", "remeasure", multiple=True, metavar="QUERY", help="With --resume: run QUERY's finished cells again, every policy side by side (repeatable). A resumed bench also runs again every policy of a cell that failed or is new.")
 @click.option("--out", "out", required=True, type=click.Path(path_type=Path), help="Bench directory.")
@@ -621,6 +624,7 @@ def bench(queries, policies, traffic, duration, repeat, speedup, rate, spread, s
         overloads = values.get("overloads", overloads)
         at_capacity = values.get("at_capacity", at_capacity)
         confs = (*BENCH_PRESETS[preset].get("confs", ()), *confs)  # merged: a given key wins
+        controller_params = (*BENCH_PRESETS[preset].get("controller_params", ()), *controller_params)
     cfg = BenchConfig(
         queries=queries, policies=policies, traffic=traffic, duration_s=duration, repeat=repeat,
         speedup=speedup, rate=rate, spread=spread, seed=seed, trigger_s=trigger_s, warmup_s=warmup_s, jvm_warmup_s=jvm_warmup_s,

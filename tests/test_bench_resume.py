@@ -285,6 +285,30 @@ def test_the_paper_preset_adds_its_driver_heap_to_the_confs_given(tmp_path, monk
     assert seen["cfg"].spark_conf == {"spark.driver.memory": "8g"} and seen["resume"] is False
 
 
+def test_the_paper_preset_sets_the_reproductions_margin_and_a_given_controller_key_wins(tmp_path, monkeypatch):
+    from click.testing import CliRunner
+
+    from lmstream_kit.cli import cli
+
+    seen = {}
+
+    class Stop(Exception):
+        pass
+
+    def fake_run_bench(cfg, out, **kwargs):
+        seen["cfg"] = cfg
+        raise Stop
+
+    monkeypatch.setattr("lmstream_kit.bench.run_bench", fake_run_bench)
+    CliRunner().invoke(cli, ["bench", "--preset", "paper", "--out", str(tmp_path / "b")])
+    assert seen["cfg"].controller == {"quantile": 0.97, "min_margin_s": 0.5}
+    CliRunner().invoke(cli, ["bench", "--preset", "paper", "--controller", "quantile=0.99",
+                             "--controller", "cold_start=5", "--out", str(tmp_path / "b")])
+    assert seen["cfg"].controller == {"quantile": 0.99, "min_margin_s": 0.5, "cold_start": 5}
+    CliRunner().invoke(cli, ["bench", "--queries", "LR2S", "--out", str(tmp_path / "b")])
+    assert seen["cfg"].controller == {}
+
+
 def test_the_cli_says_in_one_line_why_a_bench_cannot_be_resumed(tmp_path, fake, capsys):
     from lmstream_kit.cli import main
 
