@@ -266,11 +266,12 @@ def run(workload, traffic, rate, spread, policy, trigger_s, slide_s, tumbling, t
 BENCH_PRESETS = {
     # a probe as long as a cell: at 40 simulated s LR1S under lmstream made 10 batches, so one batch
     # over the bound failed a probe at a rate whose 120 s cell kept 97.6% within it
-    # up to 128,000 rows/s: at 64,000 asap (and lmstream, from cold_start=3) passed LR2S, CM1S and CM1T, so their
-    # brackets stayed open; 16 probes: doubling from 1,000 to 128,000 takes 8, three bisections to 10% 3 more, the
-    # bracket's two bounds a second run each, and room for the third run of a tied rate
+    # up to 256,000 rows/s: at 64,000 asap (and lmstream, from cold_start=3) passed LR2S, CM1S and CM1T, and at
+    # 128,000 CM1T and CM2S under both and LR2S under lmstream (paper-collected-heap), so their brackets stayed
+    # open and the capacity ratio unknown; 16 probes: doubling from 1,000 to 256,000 takes 9, three bisections to
+    # 10% 3 more, the bracket's two bounds a second run each, and room for the third run of a tied rate
     "paper": {"duration": 120.0, "speedup": 2.0, "rate": 1000.0, "capacity": True, "capacity_duration": 120.0,
-              "capacity_probes": 16, "capacity_max_rate": 128000.0, "capacity_budget": 6 * 3600.0,
+              "capacity_probes": 16, "capacity_max_rate": 256000.0, "capacity_budget": 6 * 3600.0,
               # Fig. 1's load: LR2S at 256,000 rows/s is above the fixed trigger's limit (its 5 wall-s
               # batches of 2.56 M rows took 6.0 s, and more as they grew: 2.1 us a row at 2.24 M, 2.3 us
               # past 3 M, the collector's share growing), where its latency grows batch after batch; at
@@ -594,7 +595,7 @@ def compare(run_dirs):
 @click.option("--feed", default=None, metavar="kafka://HOST:PORT/PREFIX", help="Send every run's traffic through a Kafka topic of its own (PREFIX-RUN-START, created) and stream from it; ?format=avro for Avro values [default: the spool].")
 @click.option("--kafka-partitions", default=2, show_default=True, type=int, help="Partitions of each topic of --feed.")
 @click.option("--state-store", default="default", show_default=True, type=click.Choice(["default", "rocksdb"]), help="State store of every run's stateful operators: Spark's default keeps the state in the JVM's heap (the driver's, in local mode), rocksdb in native memory and local files.")
-@click.option("--preset", default=None, type=click.Choice(sorted(BENCH_PRESETS)), help="Start from a named sweep; options given explicitly override it. paper: the reproduction of docs/reproduction.md (all six queries, three policies, both traffic kinds, 120 simulated s at speedup 2, the capacity search (120 s probes up to 128,000 rows/s, 16 per query and policy) with a 6 h budget, overload cells for Fig. 1 on LR2S at 192,000 rows/s (above the fixed trigger's own limit) and LR1S at 2,000, cells at 80% of asap's capacity, a 4 GiB driver heap, the controller's margin at quantile=0.97 and min_margin_s=0.5; a --conf or --controller given adds to its own).")
+@click.option("--preset", default=None, type=click.Choice(sorted(BENCH_PRESETS)), help="Start from a named sweep; options given explicitly override it. paper: the reproduction of docs/reproduction.md (all six queries, three policies, both traffic kinds, 120 simulated s at speedup 2, the capacity search (120 s probes up to 256,000 rows/s, 16 per query and policy) with a 6 h budget, overload cells for Fig. 1 on LR2S at 256,000 rows/s and LR1S at 2,000, cells at 80% of asap's capacity, a 4 GiB driver heap, the controller's margin at quantile=0.97 and min_margin_s=0.5; a --conf or --controller given adds to its own).")
 @click.option("--resume", is_flag=True, default=False, help="Go on with the interrupted bench in --out: the cells and capacity probes it finished are kept, the rest run. Give the same options (a setting that changes what a cell measures is refused).")
 @click.option("--remeasure", "remeasure", multiple=True, metavar="QUERY", help="With --resume: run QUERY's finished cells again, every policy side by side (repeatable). A resumed bench also runs again every policy of a cell that failed or is new.")
 @click.option("--out", "out", required=True, type=click.Path(path_type=Path), help="Bench directory.")

@@ -133,7 +133,7 @@ def test_the_paper_preset_fills_the_sweep_and_explicit_options_win(tmp_path, mon
     cfg = seen["cfg"]
     assert (cfg.duration_s, cfg.speedup, cfg.rate, cfg.capacity, cfg.capacity_duration_s) == (60.0, 2.0, 1000.0, True, 120.0)
     assert cfg.overload == {"LR2S": 256000.0, "LR1S": 2000.0} and cfg.capacity_budget_s == 6 * 3600.0
-    assert (cfg.capacity_probes, cfg.capacity_max_rate) == (16, 128000.0)
+    assert (cfg.capacity_probes, cfg.capacity_max_rate) == (16, 256000.0)
     result = CliRunner().invoke(cli, ["bench", "--preset", "paper", "--capacity-max-rate", "90000", "--out", str(tmp_path / "m")])
     assert isinstance(result.exception, Stop) and seen["cfg"].capacity_max_rate == 90000.0
     plain = CliRunner().invoke(cli, ["bench", "--capacity", "--out", str(tmp_path / "p")])
