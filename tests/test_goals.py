@@ -156,6 +156,22 @@ def test_a_cpu_gap_the_bound_leaves_no_room_to_close_says_so():
     assert goals(near, None, trigger_s=10.0, batches=only_lm).set_index("goal").loc["cpu", "gap"] == plain
 
 
+def test_a_cpu_gap_where_batches_have_no_fixed_cost_says_batching_cannot_save_cpu_there():
+    # a saturated stream: 2 us a row at any size (the fit's fixed cost below zero goes through zero)
+    over = cells()[lambda d: d["query"] == "LR2S"].assign(load="overload", rate=256000.0, speedup=2.0)
+    over.loc[over["policy"] == "lmstream", "cpu_s_per_mrows"] = over.loc[over["policy"] == "asap",
+                                                                         "cpu_s_per_mrows"].mean() * 0.98
+    b = cost_batches("LR2S", "overload", 256000.0, 5.0, a=-0.02, b=2e-6, lm_rows=[1024000, 1280000, 1536000],
+                     asap_rows=[512000, 512000, 768000])
+    gap = goals(over, None, trigger_s=10.0, batches=b).set_index("goal").loc["cpu", "gap"]
+    assert gap.startswith("LR2S at 256,000 rows/s: 0.98× (1.40× the goal), where batches cost about 1.98 µs a row "
+                          "at any size (no fixed cost to share): no batching rule spends less per row than asap"), gap
+    # with a fixed cost the note is the bound's, as before
+    fixed = cost_batches("LR2S", "overload", 256000.0, 5.0, a=0.08, b=2e-6, lm_rows=[1024000, 1280000, 1536000],
+                         asap_rows=[512000, 512000, 768000])
+    assert "allows about" in goals(over, None, trigger_s=10.0, batches=fixed).set_index("goal").loc["cpu", "gap"]
+
+
 def test_the_gaps_say_what_the_drivers_collector_took_where_lmstream_fell_short():
     sweep = cells().assign(gc_share=0.1)
     sweep.loc[(sweep["query"] == "LR1S") & (sweep["policy"] == "lmstream") & (sweep["traffic"] == "random"),

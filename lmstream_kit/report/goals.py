@@ -183,9 +183,13 @@ def bound_floor(batches: pd.DataFrame | None, query: str, load: str, speedup: fl
     ``a / n_max + b`` (an estimate: the fit's line, not each batch's time).  asap's batches held
     ``n_asap`` rows on average, at ``a / n_asap + b``.
 
+    Where the line's fixed cost comes out below zero the batches cost the same per row at any size
+    (a saturated stream, say): the fit goes through zero, ``a`` is 0 and the floor 1.0, since no
+    batching rule has a fixed cost to share.
+
     Returns ``{"floor": ratio, "a_s", "b_s", "n_max", "n_asap", "n_lmstream", "margin_s", "bound_s"}``
     (``n_lmstream``: lmstream's mean rows a batch; ``margin_s``: its mean margin, NaN where the
-    batches do not carry it), or None where the batches do not tell (one policy missing, fewer than 3 batches, no fixed cost or per-row cost to
+    batches do not carry it), or None where the batches do not tell (one policy missing, fewer than 3 batches, no per-row cost to
     fit, or a bound the fixed cost alone overruns).
 
     >>> rows = [1e4, 2e4, 4e4, 8e4]
@@ -195,6 +199,10 @@ def bound_floor(batches: pd.DataFrame | None, query: str, load: str, speedup: fl
     >>> f = bound_floor(b, "Q", "capacity", speedup=2.0, skip=0)
     >>> round(f["a_s"], 3), round(f["b_s"] * 1e6, 2), round(f["n_max"]), round(f["floor"], 2)
     (0.2, 5.0, 60000, 0.81)
+    >>> b["processing_s"] = [2e-6 * n - 0.01 for n in rows] * 2          # no fixed cost
+    >>> f = bound_floor(b, "Q", "capacity", speedup=2.0, skip=0)
+    >>> f["a_s"], round(f["b_s"] * 1e6, 2), f["floor"]
+    (0.0, 1.82, 1.0)
     """
     need = {"query", "load", "policy", "rows", "processing_s", "bound_s", "rate"}
     if _empty(batches) or not need <= set(batches.columns) or not speedup > 0:
@@ -214,9 +222,11 @@ def bound_floor(batches: pd.DataFrame | None, query: str, load: str, speedup: fl
     if ok.sum() < 3 or np.ptp(n[ok]) == 0:
         return None
     (a, b), *_ = np.linalg.lstsq(np.c_[np.ones(ok.sum()), n[ok]], p[ok], rcond=None)
+    if a < 0:  # no fixed cost: the least squares line through zero
+        a, b = 0.0, float(n[ok] @ p[ok] / (n[ok] @ n[ok]))
     bound = float(pd.to_numeric(cell["bound_s"], errors="coerce").median())
     rate = float(pd.to_numeric(cell["rate"], errors="coerce").median()) * float(speedup)
-    if not (a > 0 and b > 0 and bound > a and rate > 0):
+    if not (b > 0 and bound > a and rate > 0):
         return None
     n_max = (bound - a) / (1.0 / rate + b)
     n_asap = float(cell.loc[cell["policy"] == "asap", "rows"].mean())
@@ -249,6 +259,9 @@ def _floor_note(batches: pd.DataFrame | None, results: pd.DataFrame | None) -> C
             return (f"where its {found['bound_s']:.3g} s bound allows about {found['floor']:.2f}× (batches of "
                     f"up to {found['n_max']:,.0f} rows; lmstream's held {found['n_lmstream']:,.0f} on "
                     f"average{margin})")
+        if found["a_s"] == 0:
+            return (f"where batches cost about {found['b_s'] * 1e6:.3g} µs a row at any size (no fixed cost to "
+                    f"share): no batching rule spends less per row than asap at this load")
         return (f"where its {found['bound_s']:.3g} s bound allows about {found['floor']:.2f}× asap's "
                 f"processing per row at best (batches cost {found['a_s']:.3g} s + {found['b_s'] * 1e6:.3g} µs a row: "
                 f"at most {found['n_max']:,.0f} rows within the bound, asap's {found['n_asap']:,.0f})")
