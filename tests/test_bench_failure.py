@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 
 import pandas as pd
-import pytest
 
 from lmstream_kit.bench import BenchConfig, run_bench
 from lmstream_kit.exceptions import EngineError

@@ -373,7 +373,6 @@ def test_a_longer_probe_keeps_the_cells_and_starts_the_search_over(tmp_path, fak
 
 def test_controller_parameters_reach_the_lmstream_controller_and_a_resume_must_keep_them(tmp_path, fake,
                                                                                           monkeypatch):
-    import lmstream_kit.live
     from lmstream_kit.bench.run import _Runner
 
     monkeypatch.setattr(lmstream_kit.live, "SparkEngine", FakeEngine)  # live.py's own name, restored after
@@ -473,7 +472,6 @@ def test_a_bad_controller_parameter_is_one_line_before_anything_starts(tmp_path,
 
 
 def test_the_state_store_reaches_every_runs_query_and_a_resume_must_keep_it(tmp_path, fake, monkeypatch):
-    import lmstream_kit.live
     from lmstream_kit.bench.run import _Runner
     from lmstream_kit.engine.state import PROVIDER_CONF, ROCKSDB_PROVIDER
 

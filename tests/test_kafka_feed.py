@@ -7,7 +7,7 @@ real client to the session's broker, indexes the topic, and reads the records ba
 from __future__ import annotations
 
 import time
-from datetime import datetime, timezone
+from datetime import datetime
 
 import numpy as np
 import pyarrow as pa
