@@ -1,4 +1,4 @@
-"""Shared fixtures: one real local SparkSession for the integration tests."""
+"""Shared fixtures: one real local SparkSession for the integration tests, and the bench command up to its bench."""
 
 from __future__ import annotations
 
@@ -64,3 +64,31 @@ def spark_kafka(spark):
 
     add_jars(spark, resolve(spark_kafka()))
     return spark
+
+
+@pytest.fixture
+def bench_cli(monkeypatch):
+    """``bench_cli(*args)``: ``lmstream-kit bench ARGS`` up to the bench, which does not run; returns click's
+    result and ``{"cfg": the BenchConfig, **run_bench's keyword arguments}``.  The command must reach the
+    bench, unless ``reach=False`` (a bad option: the dict is empty)."""
+    from click.testing import CliRunner
+
+    from lmstream_kit.cli import cli
+
+    class Reached(Exception):
+        pass
+
+    def invoke(*args: str, reach: bool = True):
+        seen: dict = {}
+
+        def fake_run_bench(cfg, out, **kwargs):
+            seen.update(cfg=cfg, **kwargs)
+            raise Reached
+
+        monkeypatch.setattr("lmstream_kit.bench.run_bench", fake_run_bench)
+        result = CliRunner().invoke(cli, ["bench", *args])
+        if reach:
+            assert isinstance(result.exception, Reached), result.output
+        return result, seen
+
+    return invoke

@@ -112,33 +112,18 @@ def test_a_cell_whose_jvm_exited_is_failed_and_the_bench_goes_on_on_a_new_sessio
         "LR2S fixed constant r0 overload 2000 rows/s: Spark's JVM exited (pid 9): killed, or out of memory"]
 
 
-def test_the_paper_preset_fills_the_sweep_and_explicit_options_win(tmp_path, monkeypatch):
-    from click.testing import CliRunner
-
-    from lmstream_kit.cli import cli
-
-    seen = {}
-
-    class Stop(Exception):
-        pass
-
-    def fake_run_bench(cfg, out, **kwargs):
-        seen["cfg"] = cfg
-        raise Stop
-
-    monkeypatch.setattr("lmstream_kit.bench.run_bench", fake_run_bench)
-    result = CliRunner().invoke(cli, ["bench", "--preset", "paper", "--duration", "60", "--out", str(tmp_path / "b")])
-    assert isinstance(result.exception, Stop), result.output
+def test_the_paper_preset_fills_the_sweep_and_explicit_options_win(tmp_path, bench_cli):
+    _, seen = bench_cli("--preset", "paper", "--duration", "60", "--out", str(tmp_path / "b"))
     cfg = seen["cfg"]
     assert (cfg.duration_s, cfg.speedup, cfg.rate, cfg.capacity, cfg.capacity_duration_s) == (60.0, 2.0, 1000.0, True, 120.0)
     assert cfg.overload == {"LR2S": 256000.0, "LR1S": 2000.0} and cfg.capacity_budget_s == 6 * 3600.0
     assert (cfg.capacity_probes, cfg.capacity_max_rate) == (16, 256000.0)
-    result = CliRunner().invoke(cli, ["bench", "--preset", "paper", "--capacity-max-rate", "90000", "--out", str(tmp_path / "m")])
-    assert isinstance(result.exception, Stop) and seen["cfg"].capacity_max_rate == 90000.0
-    plain = CliRunner().invoke(cli, ["bench", "--capacity", "--out", str(tmp_path / "p")])
-    assert isinstance(plain.exception, Stop) and seen["cfg"].capacity_max_rate == 64000.0
-    bad_rate = CliRunner().invoke(cli, ["bench", "--capacity-max-rate", "0", "--out", str(tmp_path / "z")])
+    _, seen = bench_cli("--preset", "paper", "--capacity-max-rate", "90000", "--out", str(tmp_path / "m"))
+    assert seen["cfg"].capacity_max_rate == 90000.0
+    _, seen = bench_cli("--capacity", "--out", str(tmp_path / "p"))
+    assert seen["cfg"].capacity_max_rate == 64000.0
+    bad_rate, _ = bench_cli("--capacity-max-rate", "0", "--out", str(tmp_path / "z"), reach=False)
     assert str(bad_rate.exception) == "capacity_max_rate must be > 0, got 0.0"  # main() prints it in one line
     assert len(cfg.queries) == 6 and cfg.policies == ("lmstream", "fixed", "asap")
-    bad = CliRunner().invoke(cli, ["bench", "--preset", "fast", "--out", str(tmp_path / "c")])
+    bad, _ = bench_cli("--preset", "fast", "--out", str(tmp_path / "c"), reach=False)
     assert bad.exit_code == 2 and "'fast' is not 'paper'" in bad.output

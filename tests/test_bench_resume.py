@@ -260,52 +260,22 @@ def test_the_logged_probes_wall_seconds_count_against_the_budget():
     assert rows[-1]["status"] == "not-converged" and (rows[-1]["lo"], rows[-1]["hi"]) == (2828, 3363)
 
 
-def test_the_paper_preset_adds_its_driver_heap_to_the_confs_given(tmp_path, monkeypatch):
-    from click.testing import CliRunner
-
-    from lmstream_kit.cli import cli
-
-    seen = {}
-
-    class Stop(Exception):
-        pass
-
-    def fake_run_bench(cfg, out, **kwargs):
-        seen.update(cfg=cfg, **kwargs)
-        raise Stop
-
-    monkeypatch.setattr("lmstream_kit.bench.run_bench", fake_run_bench)
-    result = CliRunner().invoke(cli, ["bench", "--preset", "paper", "--conf", "spark.sql.shuffle.partitions=4",
-                                      "--resume", "--out", str(tmp_path / "b")])
-    assert isinstance(result.exception, Stop), result.output
+def test_the_paper_preset_adds_its_driver_heap_to_the_confs_given(tmp_path, bench_cli):
+    _, seen = bench_cli("--preset", "paper", "--conf", "spark.sql.shuffle.partitions=4", "--resume",
+                        "--out", str(tmp_path / "b"))
     assert seen["cfg"].spark_conf == {"spark.driver.memory": "4g", "spark.sql.shuffle.partitions": "4"}
     assert seen["resume"] is True and seen["cfg"].at_capacity == 0.8 and seen["cfg"].capacity_probes == 16
-    CliRunner().invoke(cli, ["bench", "--preset", "paper", "--conf", "spark.driver.memory=8g",
-                             "--out", str(tmp_path / "b")])
+    _, seen = bench_cli("--preset", "paper", "--conf", "spark.driver.memory=8g", "--out", str(tmp_path / "b"))
     assert seen["cfg"].spark_conf == {"spark.driver.memory": "8g"} and seen["resume"] is False
 
 
-def test_the_paper_preset_sets_the_reproductions_margin_and_a_given_controller_key_wins(tmp_path, monkeypatch):
-    from click.testing import CliRunner
-
-    from lmstream_kit.cli import cli
-
-    seen = {}
-
-    class Stop(Exception):
-        pass
-
-    def fake_run_bench(cfg, out, **kwargs):
-        seen["cfg"] = cfg
-        raise Stop
-
-    monkeypatch.setattr("lmstream_kit.bench.run_bench", fake_run_bench)
-    CliRunner().invoke(cli, ["bench", "--preset", "paper", "--out", str(tmp_path / "b")])
+def test_the_paper_preset_sets_the_reproductions_margin_and_a_given_controller_key_wins(tmp_path, bench_cli):
+    _, seen = bench_cli("--preset", "paper", "--out", str(tmp_path / "b"))
     assert seen["cfg"].controller == {"quantile": 0.97, "min_margin_s": 0.5}
-    CliRunner().invoke(cli, ["bench", "--preset", "paper", "--controller", "quantile=0.99",
-                             "--controller", "cold_start=5", "--out", str(tmp_path / "b")])
+    _, seen = bench_cli("--preset", "paper", "--controller", "quantile=0.99", "--controller", "cold_start=5",
+                        "--out", str(tmp_path / "b"))
     assert seen["cfg"].controller == {"quantile": 0.99, "min_margin_s": 0.5, "cold_start": 5}
-    CliRunner().invoke(cli, ["bench", "--queries", "LR2S", "--out", str(tmp_path / "b")])
+    _, seen = bench_cli("--queries", "LR2S", "--out", str(tmp_path / "b"))
     assert seen["cfg"].controller == {}
 
 
