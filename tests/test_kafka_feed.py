@@ -197,7 +197,7 @@ def test_bad_records_are_left_out_with_their_partition_offset_and_reason(kafka_b
 
     ref = TopicRef(kafka_broker.bootstrap, "feed-bad")
     create_topic(ref, 1)
-    producer = Producer({"bootstrap.servers": ref.bootstrap})
+    producer = Producer({"bootstrap.servers": ref.bootstrap, "enable.idempotence": True})  # offsets in order
     for value in [*encode_json(rows(0, 3)), b"garbage", *encode_json(rows(3, 2)), b'{"id": "x"}']:
         producer.produce(ref.topic, value=value)
     assert producer.flush(30) == 0
