@@ -176,6 +176,9 @@ def test_small_sweep_through_the_cli_writes_one_row_per_cell_and_the_report(tmp_
     assert len(capacity) == 3 and set(capacity["rate"]) == {500.0}
     # one probe each (--capacity-probes 1) cannot bracket: the report says so, with the seed it ran
     assert set(capacity["status"]) == {"not-converged"} and set(capacity["seed"]) == {0}
+    probe = out / "runs" / "capacity-CM2S-lmstream-500-r0"  # its journals stay; its input and state go
+    assert (probe / "metrics.jsonl").stat().st_size > 0
+    assert not (probe / "spool").exists() and not (probe / "checkpoint").exists()
 
     meta = json.loads((out / "bench.json").read_text())
     assert meta["speedup"] == 6 and meta["spark_version"] and meta["machine"]["cores"]

@@ -434,7 +434,8 @@ def _capacity(cfg: BenchConfig, runner: _Runner, out: Path, notify: ProgressFn,
             error = f"the query did not stop: {runner.stuck}; a new JVM runs the next probe"
         data = metrics[metrics["rows"] > 0] if len(metrics) else metrics
         share = float((data["max_latency_s"] <= bound).mean()) if len(data) else 0.0
-        shutil.rmtree(run_dir / "spool", ignore_errors=True)  # probes keep metrics, not input
+        for spent in ("spool", "checkpoint"):  # probes keep metrics, not input or state (a probe is never
+            shutil.rmtree(run_dir / spent, ignore_errors=True)  # resumed; an LR1T probe's state is 0.3 GB)
         measured = {"seed": cfg.seed + rep, "duration_s": float(cfg.capacity_duration_s),
                     "within_bound": share, "passed": bool(caught_up and share >= CAPACITY_SHARE),
                     "batches": int(len(data)), "caught_up": bool(caught_up),
