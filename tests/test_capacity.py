@@ -159,8 +159,11 @@ def test_without_a_budget_every_pair_converges_and_the_progress_total_shrinks_to
     assert all(done <= total for done, total in totals)
     assert {e["phase"] for e in events} == {"capacity"}
     assert events[0]["label"] == "capacity Q a @ 1000 rows/s, run 1"
-    assert (8, 20, "capacity Q a: 2852-3000 rows/s (bracketed, 8 runs)") in [
-        (e["done"], e["total"], e["label"]) for e in events]
+    assert events[1]["label"] == "capacity Q b @ 1000 rows/s, run 1"  # the query's policies take turns
+    said = [(e["done"], e["total"], e["label"]) for e in events]
+    # b was done (open) after its 4th run, the 8th; a went on alone to its 8th
+    assert (8, 16, "capacity Q b: >= 3000 rows/s (open, 4 runs)") in said
+    assert said[-2] == (12, 12, "capacity Q a: 2852-3000 rows/s (bracketed, 8 runs)")
 
 
 def test_the_budget_shares_the_time_and_leaves_each_cut_pair_not_converged_with_its_bracket():
@@ -170,7 +173,7 @@ def test_the_budget_shares_the_time_and_leaves_each_cut_pair_not_converged_with_
     rows = search_pairs([("Q", "a"), ("Q", "b"), ("Q", "c")], probing(clock, three),
                         lambda: CapacitySearch(1000, max_probes=12), budget_s=100, clock=clock,
                         notify=events.append)
-    # 10 s a probe: a's share is 100/3 s (runs at 0..30), b's 60/2 (40..60), c's the rest (70..90)
+    # one query: its three policies take turns (a, b, c, a, ...) at 10 s a probe for the whole 100 s
     assert [sum(r["policy"] == p for r in rows) for p in "abc"] == [4, 3, 3]
     assert clock.now == 100  # no probe started at or after the budget
     last = {r["policy"]: r for r in rows}
@@ -186,11 +189,26 @@ def test_time_a_pair_leaves_unused_goes_to_the_pair_its_share_cut_short():
                         lambda: CapacitySearch(1000, max_probes=12, max_rate=1e5), budget_s=130, clock=clock)
     a = [r for r in rows if r["policy"] == "a"]
     b = [r for r in rows if r["policy"] == "b"]
-    # a's share (65 s) stopped it after 7 runs; b needed 5 of its 65; a's 8th run came after b
+    # a and b took turns until b's search was done (5 runs, at 100 s); a ran alone after it
     assert [r["rate"] for r in a] == [1000, 2000, 4000, 2828, 3363, 3084, 2828, 3084]
     assert (a[-1]["status"], a[-1]["lo"], a[-1]["hi"]) == ("bracketed", 2828, 3084)
     assert (len(b), b[-1]["status"]) == (5, "none-passed")
     assert clock.now == 130
+
+
+def test_each_query_gets_an_equal_share_its_policies_take_turns_and_time_left_goes_back():
+    clock = FakeClock()
+    ran: list = []
+    rows = search_pairs([("Q1", "a"), ("Q1", "b"), ("Q2", "c"), ("Q2", "d")],
+                        probing(clock, {"a": 3000, "b": 3000, "c": 10, "d": 10}),
+                        lambda: CapacitySearch(1000, max_probes=12), budget_s=240, clock=clock, on_row=ran.append)
+    # Q1's share, 120 s of 240, is 12 runs in turn; Q2 needs 100 s of its 120 (c and d: none passed
+    # after 5 runs each); the 20 s left go back to Q1, its policies still in turn
+    assert "".join(r["policy"] for r in ran) == "ab" * 6 + "cd" * 5 + "ab"
+    assert clock.now == 240
+    last = {r["policy"]: r for r in rows}
+    assert [last[p]["status"] for p in "abcd"] == ["not-converged", "not-converged", "none-passed", "none-passed"]
+    assert [r["policy"] for r in rows] == ["a"] * 7 + ["b"] * 7 + ["c"] * 5 + ["d"] * 5  # each pair's rows together
 
 
 def test_a_pair_the_budget_left_without_a_probe_gets_a_row_without_a_rate():
@@ -244,8 +262,9 @@ def test_the_bench_probes_seed_each_repetition_and_write_rows_that_render_as_bra
     assert lm[-1][3] == "capacity-LR2S-lmstream-3084-r1"
     logged = [json.loads(line) for line in (tmp_path / "capacity.jsonl").read_text().splitlines()]
     assert len(logged) == len(rows) == 16
-    assert (logged[7]["probe"], logged[7]["rate"], logged[7]["seed"], logged[7]["status"]) == (7, 3084.0, 8,
-                                                                                             "bracketed")
+    assert [r["policy"] for r in logged] == ["lmstream", "fixed"] * 8  # side by side, in turn
+    last = logged[14]
+    assert (last["probe"], last["rate"], last["seed"], last["status"]) == (7, 3084.0, 8, "bracketed")
     # through capacity.parquet as run_bench writes it, and back
     pd.DataFrame(rows, columns=PROBE_COLUMNS).to_parquet(tmp_path / "capacity.parquet", index=False)
     stored = pd.read_parquet(tmp_path / "capacity.parquet")

@@ -278,12 +278,15 @@ def search_pairs(
     """Run a :class:`CapacitySearch` for each pair; one row (:data:`PROBE_COLUMNS`) per run.
 
     ``probe(pair, rate, rep)`` runs one probe and returns at least ``passed``
-    (bool) and the other measured columns.  With ``budget_s``, no probe starts
-    after ``budget_s`` seconds of ``clock``: each pair in turn gets an equal
-    share of the time left (so a slow pair cannot starve the others), and time
-    left over at the end goes to the pairs their share cut short, in order.  A
-    pair the budget stopped is ``not-converged`` with its bracket so far; one it
-    left without any probe gets a row with no rate.  ``notify`` gets the
+    (bool) and the other measured columns.  The pairs of one query take turns,
+    one run each (its policies' probes side by side, so that a machine that
+    slows down over an hour slows every policy's search alike, not the last
+    one's); the queries run one after the other, in order.  With ``budget_s``,
+    no probe starts after ``budget_s`` seconds of ``clock``: each query in turn
+    gets an equal share of the time left (so a slow query cannot starve the
+    others), and time left over at the end goes to the queries their share cut
+    short, in order.  A pair the budget stopped is ``not-converged`` with its
+    bracket so far; one it left without any probe gets a row with no rate.  ``notify`` gets the
     bench's progress events; ``total`` is an upper bound of the runs, which
     shrinks as pairs finish under their ``max_probes``.  ``on_row`` gets each
     run's row as soon as it is complete (the bench's crash-safe log).  ``prior``: the rows of an
@@ -294,9 +297,13 @@ def search_pairs(
     --------
     >>> def probe(pair, rate, rep):
     ...     return {"passed": rate <= {"a": 3000, "b": 1500}[pair[1]]}
-    >>> rows = search_pairs([("Q", "a"), ("Q", "b")], probe, lambda: CapacitySearch(1000, max_probes=12))
+    >>> ran = []
+    >>> rows = search_pairs([("Q", "a"), ("Q", "b")], probe, lambda: CapacitySearch(1000, max_probes=12),
+    ...                     on_row=ran.append)
     >>> [(r["policy"], r["probe"], r["rate"], r["rep"], r["lo"], r["hi"], r["status"]) for r in rows[-2:]]
     [('b', 5, 1414.0, 1, 1414, 1542, 'not-converged'), ('b', 6, 1542.0, 1, 1414, 1542, 'bracketed')]
+    >>> "".join(r["policy"] for r in ran)  # in turn, until b's search was done (7 runs; a's took 8)
+    'abababababababa'
     """
     notify = notify or (lambda event: None)
     searches = {pair: make_search() for pair in pairs}
@@ -316,34 +323,54 @@ def search_pairs(
     def event(label: str) -> None:
         notify({"phase": "capacity", "done": state["done"], "total": sum(most.values()), "label": label})
 
-    def run(pair: Pair, deadline: Optional[float]) -> None:
+    def step(pair: Pair, rate: int) -> None:
         search = searches[pair]
-        while (rate := search.next_rate()) is not None and (deadline is None or clock() < deadline):
-            rep = search.runs_at(rate)
-            event(f"capacity {pair[0]} {pair[1]} @ {rate} rows/s, run {rep + 1}")
-            measured = probe(pair, rate, rep)
-            search.record(rate, measured["passed"], **run_counts(measured))
-            row = {"query": pair[0], "policy": pair[1], "probe": len(search.probes) - 1, "rate": float(rate),
-                   "rep": rep, **measured, "passed": bool(measured["passed"])}
-            row.update(lo=search.lo, hi=search.hi, status=search.status)
-            rows[pair].append(row)
-            if on_row is not None:
-                on_row(row)
-            state["done"] += 1
-        if search.next_rate() is None:  # finished (or at its probe limit): its runs are all it gets
+        rep = search.runs_at(rate)
+        event(f"capacity {pair[0]} {pair[1]} @ {rate} rows/s, run {rep + 1}")
+        measured = probe(pair, rate, rep)
+        search.record(rate, measured["passed"], **run_counts(measured))
+        row = {"query": pair[0], "policy": pair[1], "probe": len(search.probes) - 1, "rate": float(rate),
+               "rep": rep, **measured, "passed": bool(measured["passed"])}
+        row.update(lo=search.lo, hi=search.hi, status=search.status)
+        rows[pair].append(row)
+        if on_row is not None:
+            on_row(row)
+        state["done"] += 1
+
+    def settle(pair: Pair) -> None:  # where its turns ended: finished, at its probe limit or out of time
+        search = searches[pair]
+        if search.next_rate() is None:  # its runs are all it gets
             most[pair] = len(search.probes)
         event(f"capacity {pair[0]} {pair[1]}: {_bracket_label(search)}")
 
-    for i, pair in enumerate(pairs):
+    def run(group: list, deadline: Optional[float]) -> None:
+        """The query's pairs in turn, one run each, until every one is done or ``deadline`` has passed."""
+        waiting = list(group)
+        while waiting:
+            for pair in list(waiting):
+                rate = searches[pair].next_rate()
+                if rate is not None and (deadline is None or clock() < deadline):
+                    step(pair, rate)
+                    if searches[pair].next_rate() is not None:
+                        continue
+                waiting.remove(pair)
+                settle(pair)
+
+    groups: list = []
+    for pair in pairs:
+        if not groups or groups[-1][0][0] != pair[0]:
+            groups.append([])
+        groups[-1].append(pair)
+    for i, group in enumerate(groups):
         deadline = None
         if budget_s is not None:
             now = clock()
-            deadline = now + max(0.0, started + budget_s - now) / (len(pairs) - i)
-        run(pair, deadline)
+            deadline = now + max(0.0, started + budget_s - now) / (len(groups) - i)
+        run(group, deadline)
     if budget_s is not None:
-        for pair in pairs:
-            if searches[pair].next_rate() is not None:
-                run(pair, started + budget_s)
+        for group in groups:
+            if any(searches[pair].next_rate() is not None for pair in group):
+                run(group, started + budget_s)
     for pair in pairs:  # the budget is spent: no pair gets another run
         most[pair] = len(searches[pair].probes)
     finished = all(s.next_rate() is None for s in searches.values())
