@@ -211,6 +211,21 @@ def test_each_query_gets_an_equal_share_its_policies_take_turns_and_time_left_go
     assert [r["policy"] for r in rows] == ["a"] * 7 + ["b"] * 7 + ["c"] * 5 + ["d"] * 5  # each pair's rows together
 
 
+def test_time_given_back_runs_only_the_unfinished_pairs_of_a_query():
+    clock = FakeClock()
+    events: list = []
+    ran: list = []
+    search_pairs([("Q1", "a"), ("Q1", "b"), ("Q2", "c")], probing(clock, {"a": 3000, "b": 10, "c": 10}),
+                 lambda: CapacitySearch(1000, max_probes=12), budget_s=200, clock=clock, notify=events.append,
+                 on_row=ran.append)
+    # Q1's 100 s: a and b in turn, b done (none passed) after 5 runs, a not; Q2's c needs 50 s of its 100;
+    # the 50 s left go to a alone, which needs 3 more runs to be done
+    assert "".join(r["policy"] for r in ran) == "ab" * 5 + "c" * 5 + "a" * 3
+    said = [e["label"] for e in events]
+    assert sum(label.startswith("capacity Q1 b: ") for label in said) == 1  # b's bracket said once
+    assert sum(label.startswith("capacity Q1 a: ") for label in said) == 2  # cut by its share, then done
+
+
 def test_a_pair_the_budget_left_without_a_probe_gets_a_row_without_a_rate():
     clock = FakeClock()
     both = {"lmstream": 3000, "fixed": 3000}

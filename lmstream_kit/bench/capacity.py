@@ -4,6 +4,7 @@ bracket), :func:`search_pairs` (the probe loop under a probe limit and a wall-cl
 
 from __future__ import annotations
 
+import itertools
 import math
 import shutil
 import time
@@ -356,11 +357,7 @@ def search_pairs(
                 waiting.remove(pair)
                 settle(pair)
 
-    groups: list = []
-    for pair in pairs:
-        if not groups or groups[-1][0][0] != pair[0]:
-            groups.append([])
-        groups[-1].append(pair)
+    groups = [list(group) for _, group in itertools.groupby(pairs, key=lambda pair: pair[0])]
     for i, group in enumerate(groups):
         deadline = None
         if budget_s is not None:
@@ -368,9 +365,10 @@ def search_pairs(
             deadline = now + max(0.0, started + budget_s - now) / (len(groups) - i)
         run(group, deadline)
     if budget_s is not None:
-        for group in groups:
-            if any(searches[pair].next_rate() is not None for pair in group):
-                run(group, started + budget_s)
+        for group in groups:  # its unfinished pairs only: a finished one's bracket was said
+            left = [pair for pair in group if searches[pair].next_rate() is not None]
+            if left:
+                run(left, started + budget_s)
     for pair in pairs:  # the budget is spent: no pair gets another run
         most[pair] = len(searches[pair].probes)
     finished = all(s.next_rate() is None for s in searches.values())
