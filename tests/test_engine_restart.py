@@ -108,6 +108,9 @@ engine = SparkEngine(master="local[1]").open()
 first = engine.jvm_pid
 
 
+frozen = []
+
+
 class QuickRunner(_Runner):  # the test's deadlines in seconds, not minutes
     START_SLACK_S = STOP_SLACK_S = 4.0
 
@@ -122,6 +125,7 @@ class QuickRunner(_Runner):  # the test's deadlines in seconds, not minutes
             arm(seconds, what)               # collecting a full heap over and over does
             if what != "start and feed":
                 os.kill(first, signal.SIGSTOP)
+                frozen.append(time.monotonic())
                 print("FROZEN", flush=True)
 
         dog.arm = arm_then_freeze
@@ -131,13 +135,12 @@ class QuickRunner(_Runner):  # the test's deadlines in seconds, not minutes
 runner = QuickRunner(BenchConfig(queries=["LR1S"], policies=["asap"], rate=500, speedup=2.0), out, engine.spark,
                      None, engine=engine)
 metrics = out / "hang" / "metrics.jsonl"
-began = time.monotonic()
 try:
     runner.run("LR1S", "asap", "constant", rate=500, seed=0, duration_s=8.0, run_dir=out / "hang", catch_up_s=1.0)
     raise SystemExit("the run returned")
 except Exception as exc:
     print("RAISED", type(exc).__name__, exc)
-print("AFTER", round(time.monotonic() - began))
+print("AFTER", round(time.monotonic() - frozen[0]))
 print("RECOVER", runner.recover())
 assert engine.jvm_pid not in (None, first) and engine.session_lost() is None and runner.spark is engine.spark
 print("BATCHES", sum('"batch_id"' in line for line in metrics.read_text().splitlines()))
@@ -154,8 +157,9 @@ def test_a_bench_run_whose_jvm_answers_no_more_is_killed_by_its_watchdog_and_the
     assert re.fullmatch(r"EngineError the run's catch-up and stop outlived its timeouts: Spark's JVM \(pid \d+\) "
                         r"answered no call, as one collecting a full heap over and over does, and was killed",
                         raised), raised
-    # the catch-up's 1 s and the stop's slack of 4 s after the feed's 4 s: not the 10 minutes a frozen stop waited
-    assert int(said(proc, "AFTER")) < 40
+    # from the freeze: the catch-up's 1 s and the stop's slack of 4 s, not the 10 minutes a frozen stop waited
+    # (counted from the freeze, not the run's start, whose Spark start-up a busy machine stretches)
+    assert int(said(proc, "AFTER")) < 30
     assert said(proc, "RECOVER") == raised[len("EngineError "):]
     assert int(said(proc, "BATCHES")) >= 1  # what ran before is kept
     assert "COUNT 3" in proc.stdout.splitlines()
