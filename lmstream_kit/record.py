@@ -379,8 +379,9 @@ def summarize(records: Iterable[Mapping[str, Any]], *, bound_s: float | None = N
         "max_latency_p95_s": _quantile(maxlat, 0.95),
         "max_latency_p99_s": _quantile(maxlat, 0.99),
         "max_latency_max_s": max(maxlat) if maxlat else nan,
-        "latency_mean_s": (
-            sum(float(r["avg_latency_s"]) * int(r["rows"]) for r in data) / rows if rows else nan
+        "latency_mean_s": (  # NaN where a batch does not say (a journal cut short, a stand-in's)
+            sum(float(r["avg_latency_s"]) * int(r["rows"]) for r in data) / rows
+            if rows and all(_num(r.get("avg_latency_s")) is not None for r in data) else nan
         ),
         "throughput_rows_s": rows / proc if proc > 0 else nan,
         "sustained_rows_s": rows / wall if wall > 0 else nan,

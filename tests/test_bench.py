@@ -179,6 +179,9 @@ def test_small_sweep_through_the_cli_writes_one_row_per_cell_and_the_report(tmp_
     probe = out / "runs" / "capacity-CM2S-lmstream-500-r0"  # its journals stay; its input and state go
     assert (probe / "metrics.jsonl").stat().st_size > 0
     assert not (probe / "spool").exists() and not (probe / "checkpoint").exists()
+    # each probe says how large its batches were, how late and how fast, as a cell does
+    assert (capacity["mean_rows_per_batch"] > 0).all() and (capacity["throughput_rows_s"] > 0).all()
+    assert (capacity["mean_max_latency_s"] > 0).all()
 
     meta = json.loads((out / "bench.json").read_text())
     assert meta["speedup"] == 6 and meta["spark_version"] and meta["machine"]["cores"]

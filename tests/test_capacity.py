@@ -258,7 +258,8 @@ class FakeRunner:
         self.calls.append((policy, rate, seed, run_dir.name))
         self.clock.now += 10.0
         latency = 0.1 if rate <= self.capacity else 1e6
-        return pd.DataFrame({"rows": [rate, rate], "max_latency_s": [latency, latency]}), None, True
+        return pd.DataFrame({"rows": [rate, rate], "max_latency_s": [latency, latency],
+                             "avg_latency_s": [latency / 2] * 2, "processing_s": [0.5, 0.5]}), None, True
 
 
 def test_the_bench_probes_seed_each_repetition_and_write_rows_that_render_as_brackets(tmp_path):
@@ -280,6 +281,8 @@ def test_the_bench_probes_seed_each_repetition_and_write_rows_that_render_as_bra
     assert [r["policy"] for r in logged] == ["lmstream", "fixed"] * 8  # side by side, in turn
     last = logged[14]
     assert (last["probe"], last["rate"], last["seed"], last["status"]) == (7, 3084.0, 8, "bracketed")
+    # with its batches' size, latency and speed, read from its metrics as a cell's are
+    assert (last["mean_rows_per_batch"], last["mean_max_latency_s"], last["throughput_rows_s"]) == (3084, 1e6, 6168)
     # through capacity.parquet as run_bench writes it, and back
     pd.DataFrame(rows, columns=PROBE_COLUMNS).to_parquet(tmp_path / "capacity.parquet", index=False)
     stored = pd.read_parquet(tmp_path / "capacity.parquet")
@@ -483,3 +486,57 @@ def test_bench_help_says_what_the_capacity_options_do():
     assert "--capacity-probes INTEGER" in help_text and "within 10%" in help_text
     assert "[default: 12]" in help_text
 
+
+
+def _journal(run_dir: Path, batches: list[tuple[int, float, float]]) -> None:
+    """A probe's metrics journal: (rows, processing_s, max_latency_s) per batch, a no-data batch first."""
+    run_dir.mkdir(parents=True)
+    records = [{"batch_id": 0, "rows": 0, "processing_s": 0.4, "max_latency_s": None, "avg_latency_s": None}]
+    records += [{"batch_id": i + 1, "rows": r, "processing_s": p, "max_latency_s": m, "avg_latency_s": m / 2}
+                for i, (r, p, m) in enumerate(batches)]
+    (run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+
+
+def test_a_resumed_probe_logged_without_its_batches_size_and_speed_has_them_from_its_journal(tmp_path):
+    from lmstream_kit.bench.capacity import probe_dir, with_batch_fields
+
+    _journal(probe_dir(tmp_path, "LR2S", "lmstream", 197403.0, 1), [(900_000, 2.0, 4.0), (1_100_000, 3.0, 5.0)])
+    logged = [{"query": "LR2S", "policy": "lmstream", "probe": 0, "rate": 197403.0, "rep": 1, "passed": False},
+              {"query": "LR2S", "policy": "asap", "probe": 0, "rate": 215269.0, "rep": 0, "passed": True},
+              {"query": "LR2S", "policy": "asap", "probe": 1, "rate": 234753.0, "rep": 0, "passed": True,
+               "mean_rows_per_batch": 5.0, "mean_max_latency_s": 1.0, "throughput_rows_s": 7.0}]
+    filled, gone, recorded = with_batch_fields(tmp_path, logged)
+    assert probe_dir(tmp_path, "LR2S", "lmstream", 197403.0, 1).name == "capacity-LR2S-lmstream-197403-r1"
+    assert (filled["mean_rows_per_batch"], filled["mean_max_latency_s"], filled["throughput_rows_s"]) == (
+        1_000_000, 4.5, 400_000)  # 2 M rows in 5 s of processing: the no-data batch counts for neither
+    assert gone == logged[1]  # its journal is gone: nothing is made up
+    assert recorded is logged[2]  # what the probe recorded is kept, not read again
+
+
+def test_the_capacity_goal_says_where_lmstreams_larger_batches_bought_no_speed():
+    """The goal row's gap beside a failed capacity: lmstream's batches at its lowest failing rate, and asap's
+    at the lowest rate above it that asap passed, from the probes' rows."""
+    from lmstream_kit.report.goals import goals
+
+    def probe(policy, rate, passed, rows, latency, speed, rep=0):
+        return {"query": "LR2S", "policy": policy, "probe": 0, "rate": rate, "rep": rep, "passed": passed,
+                "within_bound": 1.0 if passed else 0.8, "batches": 20, "caught_up": True, "wall_s": 60.0,
+                "mean_rows_per_batch": rows, "mean_max_latency_s": latency, "throughput_rows_s": speed}
+
+    probes = []
+    for rep in (0, 1):
+        probes += [probe("lmstream", 181019.0, True, 835_000, 4.0, 400_000, rep),
+                   probe("lmstream", 197403.0, False, 900_000 + rep * 20_000, 4.1, 430_000 + rep * 10_000, rep),
+                   probe("asap", 234753.0, True, 560_000, 2.0, 455_000, rep),
+                   probe("asap", 256000.0, False, 1_600_000, 19.0, 420_000, rep)]
+    probes += [probe("asap", 215269.0, True, 437_835, 1.8, 425_555), probe("asap", 181019.0, True, 1, 1, 1)]
+    rows = []
+    for policy in ("lmstream", "asap"):
+        mine = [p for p in probes if p["policy"] == policy]
+        lo = max(p["rate"] for p in mine if p["passed"])
+        hi = min(p["rate"] for p in mine if not p["passed"])
+        rows += [{**p, "lo": lo, "hi": hi, "status": "bracketed"} for p in mine]
+    gap = goals(None, pd.DataFrame(rows)).set_index("goal").loc["capacity", "gap"]
+    assert gap.startswith("LR2S: at most 0.84×; at 197,403 rows/s lmstream's batches averaged 910,000 rows, "
+                          "a maximum latency of 4.1 s and 435,000 rows per second of processing, asap's at "
+                          "215,269 437,835 rows, 1.8 s and 425,555"), gap

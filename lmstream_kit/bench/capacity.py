@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Optional, Sequence
 
 from ..exceptions import ConfigError
-from .cells import bound_s, collector_fields, metrics_so_far
+from .cells import PROBE_SUMMARY, batch_fields, bound_s, collector_fields, metrics_so_far
 from .config import BenchConfig, ProgressFn
 
 if TYPE_CHECKING:
@@ -29,7 +29,30 @@ CAPACITY_REPS = 2
 STATUSES = ("bracketed", "open", "not-converged", "none-passed")
 #: the columns of a probe row (``capacity.parquet``); ``lo``, ``hi`` and ``status`` are the search's after it
 PROBE_COLUMNS = ["query", "policy", "probe", "rate", "rep", "seed", "duration_s", "within_bound", "passed",
-                 "batches", "caught_up", "wall_s", "lo", "hi", "status", "error", "retried", "gc_share", "full_gcs"]
+                 "batches", "caught_up", "wall_s", "lo", "hi", "status", "error", "retried", "gc_share", "full_gcs",
+                 *PROBE_SUMMARY]
+
+
+def probe_dir(out: Path, query: str, policy: str, rate: float, rep: int) -> Path:
+    """The run directory of one capacity probe in the bench directory ``out``."""
+    return Path(out) / "runs" / f"capacity-{query}-{policy}-{int(rate)}-r{int(rep)}"
+
+
+def with_batch_fields(out: Path, rows: Sequence[dict]) -> list[dict]:
+    """``rows`` (probes an interrupted bench logged), each lacking :data:`~.cells.PROBE_SUMMARY`'s
+    columns given them from its run's journal where that is still there (a probe logged before the
+    kit recorded them), the others as they are."""
+    filled = []
+    for row in rows:
+        if all(k in row for k in PROBE_SUMMARY):
+            filled.append(row)
+            continue
+        metrics = metrics_so_far(probe_dir(out, row["query"], row["policy"], row["rate"], row.get("rep", 0)))
+        if not (metrics["rows"] > 0).any() or "max_latency_s" not in metrics:
+            filled.append(row)
+            continue
+        filled.append({**row, **batch_fields(metrics)})
+    return filled
 
 
 class CapacitySearch:
@@ -430,7 +453,7 @@ def _capacity(cfg: BenchConfig, runner: _Runner, out: Path, notify: ProgressFn,
         # after the feed ends, a policy gets one trigger interval (fixed) plus two
         # bounds to catch up; a stream that cannot is overloaded
         catch_up = 2 * bound + (cfg.trigger_s / cfg.speedup if policy == "fixed" else 0.0) + 2.0
-        run_dir = out / "runs" / f"capacity-{query}-{policy}-{rate}-r{rep}"
+        run_dir = probe_dir(out, query, policy, rate, rep)
         began = time.monotonic()
         error, retried = None, None
         while True:
@@ -466,6 +489,7 @@ def _capacity(cfg: BenchConfig, runner: _Runner, out: Path, notify: ProgressFn,
                     "batches": int(len(data)), "caught_up": bool(caught_up),
                     "wall_s": round(time.monotonic() - began, 3),
                     **{k: v for k, v in collector_fields(metrics).items() if k != "gc_s"},
+                    **batch_fields(metrics, bound),
                     **({"error": error} if error else {}),
                     **({"retried": retried} if retried else {})}
         return measured

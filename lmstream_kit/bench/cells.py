@@ -35,6 +35,26 @@ _CELL_SUMMARY = {
 }
 
 
+#: the results' columns a capacity probe's row shares with a cell's: how large its batches were, how late
+#: (the mean of their maximum latencies) and how fast a batch processed its rows, which tell whether a
+#: policy's larger batches bought speed or only spent the bound's slack
+PROBE_SUMMARY = ("mean_rows_per_batch", "mean_max_latency_s", "throughput_rows_s")
+
+
+def batch_fields(metrics, bound: float | None = None) -> dict:
+    """:data:`PROBE_SUMMARY`'s columns of a run, as :func:`cell_row` has them (NaN without data batches).
+
+    >>> import pandas as pd
+    >>> m = pd.DataFrame({"rows": [0, 100, 300], "processing_s": [0.5, 1.0, 1.0], "max_latency_s": [None, 2.0, 2.0],
+    ...                   "avg_latency_s": [None, 1.0, 1.0]})
+    >>> batch_fields(m)
+    {'mean_rows_per_batch': 200.0, 'mean_max_latency_s': 2.0, 'throughput_rows_s': 200.0}
+    """
+    summary = summarize(metrics.to_dict("records") if len(metrics) else [], bound_s=bound)
+    nan = float("nan")
+    return {column: _float(summary.get(_CELL_SUMMARY[column], nan)) for column in PROBE_SUMMARY}
+
+
 def metrics_so_far(run_dir):
     """The batches a run wrote before it failed (a :func:`~lmstream_kit.metrics.load_metrics` frame
     with at least a ``rows`` column, empty where it wrote none)."""

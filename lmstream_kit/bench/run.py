@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
 from ..exceptions import ConfigError
-from .capacity import PROBE_COLUMNS, _capacity
+from .capacity import PROBE_COLUMNS, _capacity, with_batch_fields
 from .cells import batch_rows, cell_row, collector_fields, metrics_so_far
 from .config import BenchConfig, ProgressFn, _config_dict
 from .outputs import _kit_version, machine_info, source_commit, write_outputs, write_reports
@@ -317,7 +317,8 @@ def run_bench(
             if stale is not None:  # the probes measured another search: it starts over, the cells stay
                 _resume.discard_probes(out, started.strftime("%Y%m%dT%H%M%S"))
             saved = _resume.resumed(out, saved, settings, now, commit)
-            kept, prior = _resume.finished_cells(out), _resume.finished_probes(out)
+            # a probe logged before the kit recorded its batches' size and speed has them from its journal
+            kept, prior = _resume.finished_cells(out), with_batch_fields(out, _resume.finished_probes(out))
         else:
             saved = _resume.start(out, settings, now, commit)
             kept, prior = {}, []

@@ -97,9 +97,63 @@ def _probe_collector(capacity: pd.DataFrame | None, query: str, policy: str, rat
     return share, full, "out of memory" in errors
 
 
+def _probe_batches(capacity: pd.DataFrame | None, query: str, policy: str, rate) -> tuple | None:
+    """(mean rows per batch, mean maximum latency, rows per processing second) over ``policy``'s probes
+    of ``query`` at ``rate`` that recorded them (:data:`~lmstream_kit.bench.cells.PROBE_SUMMARY`);
+    None where none did."""
+    from ..bench.cells import PROBE_SUMMARY
+
+    if _empty(capacity) or rate is None or pd.isna(rate) or not {"rate", *PROBE_SUMMARY} <= set(capacity.columns):
+        return None
+    runs = capacity[(capacity["query"] == query) & (capacity["policy"] == policy)
+                    & (pd.to_numeric(capacity["rate"], errors="coerce") == float(rate))]
+    means = tuple(float(pd.to_numeric(runs[c], errors="coerce").mean()) for c in PROBE_SUMMARY)
+    return None if any(pd.isna(m) for m in means) else means
+
+
+def _batches_why(capacity: pd.DataFrame | None, query: str, lm: Mapping) -> str:
+    """How large and late lmstream's batches were where it failed (its lowest failing rate) and how fast
+    they processed their rows, beside asap's at that rate or else at the lowest rate above it that asap
+    passed: where larger batches process rows no faster, waiting only spends the bound's slack.
+
+    >>> cap = pd.DataFrame({"query": "Q", "policy": ["lmstream", "asap", "asap"], "rate": [200.0, 150.0, 250.0],
+    ...                     "passed": [False, True, True], "mean_rows_per_batch": [9e5, 2e5, 4e5],
+    ...                     "mean_max_latency_s": [4.5, 0.7, 1.8], "throughput_rows_s": [4.4e5, 3.7e5, 4.3e5]})
+    >>> _batches_why(cap, "Q", {"hi": 200.0})
+    "; at 200 rows/s lmstream's batches averaged 900,000 rows, a maximum latency of 4.5 s and 440,000 rows per second of processing, asap's at 250 400,000 rows, 1.8 s and 430,000"
+    """
+    rate = lm.get("hi")
+    mine = _probe_batches(capacity, query, "lmstream", rate)
+    if mine is None:
+        return ""
+    asap = capacity[(capacity["query"] == query) & (capacity["policy"] == "asap")]
+    rates = pd.to_numeric(asap["rate"], errors="coerce")
+    passed = rates[(rates > float(rate)) & asap["passed"].astype(bool)]
+    other = float(rate) if (rates == float(rate)).any() else (float(passed.min()) if len(passed) else None)
+    theirs = _probe_batches(capacity, query, "asap", other)
+    if theirs is None:
+        return ""
+    where = "" if other == float(rate) else f" at {other:,.0f}"
+    return (f"; at {float(rate):,.0f} rows/s lmstream's batches averaged {_rows_text(mine[0])} rows, a maximum "
+            f"latency of {mine[1]:.2g} s and {mine[2]:,.0f} rows per second of processing, asap's{where} "
+            f"{_rows_text(theirs[0])} rows, {theirs[1]:.2g} s and {theirs[2]:,.0f}")
+
+
+def _rows_text(rows: float) -> str:
+    return f"{rows / 1e6:.2f} M" if rows >= 1e6 else f"{rows:,.0f}"
+
+
 def _capacity_why(capacity: pd.DataFrame | None, query: str, lm: Mapping, asap: Mapping) -> str:
     """What the driver's collector did where lmstream failed (its lowest failing rate), beside asap at
-    the same rate, or else at asap's highest passing rate: a capacity the heap sets shows there."""
+    the same rate, or else at asap's highest passing rate: a capacity the heap sets shows there; and
+    how large and fast lmstream's batches were there, beside asap's (:func:`_batches_why`)."""
+    collector, batches = _collector_why(capacity, query, lm, asap), _batches_why(capacity, query, lm)
+    if collector and batches:  # one rate, said once
+        batches = "; there" + batches[batches.index(" lmstream's batches"):]
+    return collector + batches
+
+
+def _collector_why(capacity: pd.DataFrame | None, query: str, lm: Mapping, asap: Mapping) -> str:
     got = _probe_collector(capacity, query, "lmstream", lm.get("hi"))
     if got is None or (pd.isna(got[0]) and not got[2]):
         return ""
