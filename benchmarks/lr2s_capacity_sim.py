@@ -75,6 +75,8 @@ FIXED_COST_MIN_S = 1e-3
 def load_batches(sweep: Path) -> pd.DataFrame:
     frames = []
     for run in sorted((sweep / "runs").glob("capacity-LR2S-*")):
+        if run.name.split("-")[2] not in ("lmstream", "asap"):
+            continue
         m = load_metrics(run)
         if "rows" not in m:
             continue
