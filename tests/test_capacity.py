@@ -540,3 +540,9 @@ def test_the_capacity_goal_says_where_lmstreams_larger_batches_bought_no_speed()
     assert gap.startswith("LR2S: at most 0.84×; at 197,403 rows/s lmstream's batches averaged 910,000 rows, "
                           "a maximum latency of 4.1 s and 435,000 rows per second of processing, asap's at "
                           "215,269 437,835 rows, 1.8 s and 425,555"), gap
+    # beside what the collector did there, the rate is said once
+    collected = pd.DataFrame([{**r, "gc_share": 0.02, "full_gcs": 1.0} for r in rows])
+    gap = goals(None, collected).set_index("goal").loc["capacity", "gap"]
+    assert gap.startswith("LR2S: at most 0.84×; at 197,403 rows/s the driver's collector took 2% of lmstream's "
+                          "processing (2 full collections), 2% of asap's at 234,753; there lmstream's batches "
+                          "averaged 910,000 rows"), gap
