@@ -297,3 +297,22 @@ def test_the_retention_figures_examples_run():
 
     failed, tried = doctest.testmod(module, raise_on_error=False, verbose=False)
     assert tried >= 5 and failed == 0
+
+
+def test_row_cost_figure_draws_each_batchs_processing_per_million_rows_per_query_and_policy():
+    from lmstream_kit.plots.bench import fig_row_cost
+
+    batches = pd.DataFrame({
+        "query": ["LR2S"] * 4 + ["CM1S"] * 2,
+        "policy": ["asap", "asap", "lmstream", "lmstream", "asap", "lmstream"],
+        "rows": [100_000, 0, 900_000, 400_000, 50_000, 300_000],  # a no-data batch costs nothing per row
+        "processing_s": [0.34, 0.2, 2.0, 0.9, 0.4, 1.5],
+    })
+    fig = fig_row_cost(batches)
+    traces = [(t.name, list(t.x), [round(y, 3) for y in t.y], t.xaxis) for t in fig.data]
+    assert traces == [("lmstream", [900_000, 400_000], [2.222, 2.25], "x"), ("asap", [100_000], [3.4], "x"),
+                      ("lmstream", [300_000], [5.0], "x2"), ("asap", [50_000], [8.0], "x2")]
+    assert [a.text for a in fig.layout.annotations] == ["LR2S", "CM1S"]  # one panel per query, in sweep order
+    assert fig.layout.xaxis.type == fig.layout.yaxis2.type == "log"
+    assert [t.showlegend for t in fig.data] == [True, True, False, False]  # a policy once in the legend
+    assert fig_row_cost(batches.assign(rows=0)) is None and fig_row_cost(pd.DataFrame()) is None

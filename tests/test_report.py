@@ -560,7 +560,7 @@ def test_pick_timeline_queries_prefers_the_papers_queries():
 PLOTLY_MARKER = get_plotlyjs()[:300]
 
 CAPTION_MARKERS = ("Paper Fig. 1 ", "Paper Fig. 6 ", "Paper Fig. 7 ", "Paper Fig. 8 ", "Paper Fig. 9 ",
-                   "Paper Table IV ", "Capacity (not in the paper)")
+                   "Paper Table IV ", "Capacity (not in the paper)", "What a row costs by batch size (not in the paper)")
 
 
 def test_build_report_is_one_page_with_plotlyjs_once_and_every_caption():
@@ -571,8 +571,8 @@ def test_build_report_is_one_page_with_plotlyjs_once_and_every_caption():
     assert page.count(PLOTLY_MARKER) == 1
     for marker in CAPTION_MARKERS:
         assert marker in page, marker
-    # six figures: Figs. 1, 6, 7, 8, 9 and capacity
-    assert len(re.findall(r'<div id="lmstream-fig-\d+"', page)) == 6
+    # seven figures: Figs. 1, 6, 7, 8, 9, capacity and the row cost by batch size
+    assert len(re.findall(r'<div id="lmstream-fig-\d+"', page)) == 7
     assert "not in this sweep" not in page
     assert "Test CPU 3000" in page and "lmstream-kit bench --speedup 10 --repeat 2" in page
     assert "10× (one wall second stands for 10 simulated seconds" in page

@@ -30,6 +30,7 @@ __all__ = [
     "fig_avg_latency",
     "fig_batch_timeline",
     "fig_capacity",
+    "fig_row_cost",
     "fig_fixed_latency_growth",
     "fig_throughput",
     "pick_timeline_queries",
@@ -336,6 +337,54 @@ def fig_batch_timeline(batches: pd.DataFrame, query: Any) -> go.Figure | None:
     fig.update_yaxes(title_text="max latency (wall s)", row=1, col=1)
     fig.update_yaxes(title_text="rows", row=2, col=1)
     fig.update_xaxes(title_text="time since first arrival (wall s)", row=2, col=1)
+    return fig
+
+
+def fig_row_cost(batches: pd.DataFrame) -> go.Figure | None:
+    """What a row costs by batch size: each data batch's processing seconds per million rows against its
+    rows, one panel per query, one colour per policy, every cell of the sweep (its loads, traffic kinds
+    and repetitions) pooled.
+
+    Where the points fall as batches grow, a batch's fixed cost is spread over more rows and batching
+    buys speed; where they lie flat, a larger batch processes its rows no faster, and waiting for one
+    only spends the bound's slack.  Both axes are logarithmic.
+
+    Returns
+    -------
+    plotly.graph_objects.Figure or None
+        ``None`` when no batch has rows and a processing time.
+    """
+
+    need = {"query", "rows", "processing_s"}
+    if _empty(batches) or not need <= set(batches.columns):
+        return None
+    rows = pd.to_numeric(batches["rows"], errors="coerce")
+    seconds = pd.to_numeric(batches["processing_s"], errors="coerce")
+    data = batches.assign(_rows=rows, _cost=seconds / rows * 1e6)[(rows > 0) & (seconds > 0)]
+    if data.empty:
+        return None
+    queries = _ordered(data["query"])
+    cols = min(3, len(queries))
+    fig = make_subplots(rows=math.ceil(len(queries) / cols), cols=cols, subplot_titles=[_label(q) for q in queries],
+                        horizontal_spacing=0.08, vertical_spacing=0.14)
+    policies = _policies(data) or [None]
+    for i, query in enumerate(queries):
+        sub = data[data["query"] == query]
+        for policy in policies:
+            part = sub if policy is None else sub[sub["policy"] == policy]
+            if part.empty:
+                continue
+            name = _label(policy if policy is not None else query)
+            fig.add_trace(
+                go.Scatter(x=part["_rows"], y=part["_cost"], mode="markers", name=name, legendgroup=name,
+                           showlegend=i == 0, marker={"color": POLICY_COLORS.get(policy), "size": 5, "opacity": 0.6},
+                           hovertemplate="%{x:,.0f} rows: %{y:.3g} s per million rows<extra>" + name + "</extra>"),
+                row=i // cols + 1, col=i % cols + 1,
+            )
+    fig.update_xaxes(type="log", title_text="rows in the batch")
+    fig.update_yaxes(type="log", title_text="processing s per M rows")
+    fig.update_layout(title="What a row costs by batch size (flat: larger batches buy no speed)",
+                      height=320 * math.ceil(len(queries) / cols))
     return fig
 
 

@@ -74,6 +74,14 @@ CAPTIONS = {
         "over the bound: a run of under 20 batches (a policy that makes few large batches, a tumbling "
         "window's) fails the 95% rule with one."
     ),
+    "row_cost": (
+        "What a row costs by batch size (not in the paper) — each micro-batch's processing seconds per "
+        "million rows against its rows, per query, every cell of the sweep pooled (its loads, traffic kinds "
+        "and repetitions). Where the points fall as batches grow, a batch's fixed cost spreads over more rows "
+        "and batching buys speed; where they lie flat, larger batches process rows no faster, and a policy "
+        "that waits for them only spends the bound's slack: near capacity that slack is what absorbs a slow "
+        "batch or a collector pause."
+    ),
     "table4": (
         "Paper Table IV — share of each time component in their sum under the lmstream policy "
         "(percent, summed over repetitions and traffic). Device mapping (looking up the query's plan, "

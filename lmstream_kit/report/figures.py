@@ -1,6 +1,6 @@
 """The bench report's figures: re-exported from :mod:`lmstream_kit.plots.bench`, where they are defined.
 
-The paper's Figs. 1, 6, 7, 8 and 9 and the capacity bars; each builder takes the benchmark's data
+The paper's Figs. 1, 6, 7, 8 and 9, the capacity bars and what a row costs by batch size; each builder takes the benchmark's data
 frames and returns a figure, or ``None`` (or a "no data" figure).
 
 >>> import lmstream_kit.plots.bench as bench
@@ -19,6 +19,7 @@ from lmstream_kit.plots.bench import (
     fig_batch_timeline,
     fig_capacity,
     fig_fixed_latency_growth,
+    fig_row_cost,
     fig_throughput,
     pick_timeline_queries,
 )
@@ -28,6 +29,7 @@ __all__ = [
     "fig_batch_timeline",
     "fig_capacity",
     "fig_fixed_latency_growth",
+    "fig_row_cost",
     "fig_throughput",
     "pick_timeline_queries",
 ]

@@ -23,6 +23,7 @@ from .figures import (
     fig_batch_timeline,
     fig_capacity,
     fig_fixed_latency_growth,
+    fig_row_cost,
     fig_throughput,
     pick_timeline_queries,
 )
@@ -114,6 +115,7 @@ def build_report(
     sections.append(
         ("capacity", fig_capacity(capacity), "not in this sweep: the capacity search was skipped")
     )
+    sections.append(("row_cost", fig_row_cost(all_batches), "not in this sweep: no per-batch records"))
 
     parts: list = []
     n_fig = 0
