@@ -16,8 +16,10 @@ around the controller (nothing in ``lmstream_kit`` is changed):
 * ``fixed share e``: admit at once where the batch's fixed cost (the intercept ``a`` of the controller's
   own line ``a + b bytes``, at least 1 ms) is at most ``e`` of its predicted processing: no wait can make
   its rows cheaper by more than ``a / (a + b bytes)``;
-* ``busy r``: admit at once where the controller's slope times the bytes arriving per wall second (the
-  processing a second of data costs, ``rho``) is at least ``r``: near capacity, asap.
+* ``busy r``: admit at once where the pending batch's predicted processing per byte times the bytes
+  arriving per wall second (the processing a second of data costs at that batch size, ``rho``) is at
+  least ``r``, once the controller has seen 3 batches: near capacity, asap.  (The line's slope alone
+  would understate ``rho`` where the line's intercept absorbs the dearer rows of small batches.)
 
 Everything it reports about rules is **simulated**; only the column marked "measured" comes from the
 probes.  The service-time model, fitted at start and written with the results:
@@ -67,7 +69,7 @@ DURATION_S = 120  # simulated seconds, as the probes
 RATES = (128_000, 160_000, 181_019, 187_802, 197_403, 215_269, 234_753, 256_000)  # 187,802: 80% of asap's lower bound
 #: the rules beside asap: (name, kind, value); kind None is the controller as the preset runs it
 RULES = (("lmstream", None, None), ("fixed share 0.1", "share", 0.1), ("fixed share 0.25", "share", 0.25),
-         ("busy 0.8", "busy", 0.8), ("busy 0.9", "busy", 0.9))
+         ("busy 0.75", "busy", 0.75), ("busy 0.85", "busy", 0.85), ("busy 0.9", "busy", 0.9))
 #: the least intercept taken for a fixed cost (a fit through the origin leaves 1e-17 s)
 FIXED_COST_MIN_S = 1e-3
 
@@ -139,14 +141,16 @@ class EarlyAdmit:
 
     def decide(self, now: float, pending):
         d = self.inner.decide(now, pending)
-        line = self.inner.model.line
-        if d.admit or not d.n_datasets or line is None or self.inner.model.mode != "ols":
+        if d.admit or not d.n_datasets or not d.nbytes:
             return d
-        a, b = line
         if self.kind == "share":
+            line = self.inner.model.line
+            if line is None or self.inner.model.mode != "ols":
+                return d
+            a, b = line
             early = a >= FIXED_COST_MIN_S and b > 0 and a <= self.value * (a + b * d.nbytes)
         else:
-            early = b * self.byte_rate >= self.value
+            early = self.inner.n_observed >= 3 and d.predicted_s / d.nbytes * self.byte_rate >= self.value
         return dataclasses.replace(d, admit=True, reason=self.kind) if early else d
 
     def observe(self, obs) -> None:

@@ -100,10 +100,11 @@ def test_the_early_rules_admit_only_where_waiting_does_not_pay():
     bigger = [SimpleNamespace(arrival=9.9, rows=1, nbytes=700_000)]  # 0.15 of 1.55 s: 9.7%
     d = share.decide(10.0, bigger)
     assert (d.admit, d.reason) == (True, "share")
-    # busy: 2 µs a byte x 450,000 bytes a second = 0.9 s of processing per second of data; 350,000: 0.7 s
-    assert sim.EarlyAdmit(_trained(), "busy", 0.8, byte_rate=450_000).decide(10.0, young).reason == "busy"
-    assert sim.EarlyAdmit(_trained(), "busy", 0.8, byte_rate=350_000).decide(10.0, young).reason == "wait"
-    # a controller with no line yet decides alone
+    # busy: 1.35 s for 600,000 bytes (2.25 µs a byte, the fixed part included) x 400,000 bytes a second
+    # = 0.9 s of processing per second of data; 300,000 bytes a second: 0.675 s
+    assert sim.EarlyAdmit(_trained(), "busy", 0.85, byte_rate=400_000).decide(10.0, young).reason == "busy"
+    assert sim.EarlyAdmit(_trained(), "busy", 0.85, byte_rate=300_000).decide(10.0, young).reason == "wait"
+    # before the controller has seen 3 batches, it decides alone
     assert sim.EarlyAdmit(AdmissionController(slide_s=5.0), "busy", 0.0, byte_rate=1e9).decide(
         3.5, young).reason == "wait"
 
