@@ -1,7 +1,7 @@
 """The bench report's figures: re-exported from :mod:`lmstream_kit.plots.bench`, where they are defined.
 
-The paper's Figs. 1, 6, 7, 8 and 9, the capacity bars and what a row costs by batch size; each builder takes the benchmark's data
-frames and returns a figure, or ``None`` (or a "no data" figure).
+The paper's Figs. 1, 6, 7, 8 and 9, the capacity bars and what a row costs by batch size; each
+builder takes the benchmark's data frames and returns a figure, or ``None`` (or a "no data" figure).
 
 >>> import lmstream_kit.plots.bench as bench
 >>> fig_avg_latency is bench.fig_avg_latency
