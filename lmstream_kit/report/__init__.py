@@ -67,6 +67,7 @@ from .figures import (
     fig_batch_timeline,
     fig_capacity,
     fig_fixed_latency_growth,
+    fig_row_cost,
     fig_throughput,
     pick_timeline_queries,
 )
@@ -88,6 +89,7 @@ __all__ = [
     "fig_batch_timeline",
     "fig_capacity",
     "fig_fixed_latency_growth",
+    "fig_row_cost",
     "fig_throughput",
     "pick_timeline_queries",
     "reproduction_markdown",
