@@ -10,16 +10,15 @@ latency 4.1-4.8 s) bought no speed and spent the slack that a slow batch or a fu
 This script replays the **real controller** (:class:`lmstream_kit.controller.AdmissionController`, as a
 LiveStream makes it for LR2S, with the preset's ``quantile=0.97, min_margin_s=0.5``) and asap through the
 project's simulator (:func:`lmstream_kit.sim.simulate`) on a service time fitted to the committed LR2S
-probe journals of that sweep, beside two rules that stop waiting where waiting does not pay, built here
-around the controller (nothing in ``lmstream_kit`` is changed):
+probe journals of that sweep, beside two rules that stop waiting where waiting does not pay:
 
-* ``fixed share e``: admit at once where the batch's fixed cost (the intercept ``a`` of the controller's
-  own line ``a + b bytes``, at least 1 ms) is at most ``e`` of its predicted processing: no wait can make
-  its rows cheaper by more than ``a / (a + b bytes)``;
-* ``busy r``: admit at once where the pending batch's predicted processing per byte times the bytes
-  arriving per wall second (the processing a second of data costs at that batch size, ``rho``) is at
-  least ``r``, once the controller has seen 3 batches: near capacity, asap.  (The line's slope alone
-  would understate ``rho`` where the line's intercept absorbs the dearer rows of small batches.)
+* ``fixed share e`` (built here around the controller): admit at once where the batch's fixed cost (the
+  intercept ``a`` of the controller's own line ``a + b bytes``, at least 1 ms) is at most ``e`` of its
+  predicted processing: no wait can make its rows cheaper by more than ``a / (a + b bytes)``;
+* ``busy r``: the controller's own ``busy_load=r``: admit at once where the pending batch's predicted
+  processing per byte times the bytes arriving per wall second (the processing a second of data costs
+  at that batch size) is at least ``r``: near saturation, asap.  (The line's slope alone would understate
+  that load where the line's intercept absorbs the dearer rows of small batches.)
 
 Everything it reports about rules is **simulated**; only the column marked "measured" comes from the
 probes.  The service-time model, fitted at start and written with the results:
@@ -124,34 +123,33 @@ class Service:
         return s
 
 
-def controller() -> AdmissionController:
-    """The controller a LiveStream makes for LR2S under the paper preset."""
+def controller(**extra) -> AdmissionController:
+    """The controller a LiveStream makes for LR2S under the paper preset (``extra``: more parameters)."""
     w = get_workload("LR2S")
     first = tumbling_start_s(w.window_range_s or w.slide_s, SPEEDUP)
     params = {"warmup": 1, "initial_target_s": first, "cold_target_s": first, **window_params(w, SPEEDUP),
-              "quantile": 0.97, "min_margin_s": 0.5, "poll_interval_s": 0.05}
+              "quantile": 0.97, "min_margin_s": 0.5, "poll_interval_s": 0.05, **extra}
     return AdmissionController(slide_s=w.slide_s / SPEEDUP, **params)
 
 
-class EarlyAdmit:
-    """The controller, and an admission at once where ``kind`` says waiting does not pay (see the module)."""
+class FixedShare:
+    """The controller, and an admission at once where the batch's fixed cost is at most ``share`` of its
+    predicted processing (see the module)."""
 
-    def __init__(self, inner: AdmissionController, kind: str, value: float, byte_rate: float) -> None:
-        self.inner, self.kind, self.value, self.byte_rate = inner, kind, value, byte_rate
+    def __init__(self, inner: AdmissionController, share: float) -> None:
+        self.inner, self.share = inner, share
 
     def decide(self, now: float, pending):
         d = self.inner.decide(now, pending)
-        if d.admit or not d.n_datasets or not d.nbytes:
+        line = self.inner.model.line
+        if d.admit or not d.n_datasets or line is None or self.inner.model.mode != "ols":
             return d
-        if self.kind == "share":
-            line = self.inner.model.line
-            if line is None or self.inner.model.mode != "ols":
-                return d
-            a, b = line
-            early = a >= FIXED_COST_MIN_S and b > 0 and a <= self.value * (a + b * d.nbytes)
-        else:
-            early = self.inner.n_observed >= 3 and d.predicted_s / d.nbytes * self.byte_rate >= self.value
-        return dataclasses.replace(d, admit=True, reason=self.kind) if early else d
+        a, b = line
+        early = a >= FIXED_COST_MIN_S and b > 0 and a <= self.share * (a + b * d.nbytes)
+        return dataclasses.replace(d, admit=True, reason="share") if early else d
+
+    def observe(self, obs) -> None:
+        self.inner.observe(obs)
 
     def observe(self, obs) -> None:
         self.inner.observe(obs)
@@ -186,7 +184,6 @@ def main() -> None:
     table = []
     for rate in RATES:
         arrivals = constant_arrivals(rate, DURATION_S, bytes_per_row=round(model["bytes_per_row"]), speedup=SPEEDUP)
-        byte_rate = rate * SPEEDUP * round(model["bytes_per_row"])
         for rule, kind, value in (("asap", None, None), *RULES):
             runs = []
             for seed in range(args.seeds):
@@ -194,7 +191,8 @@ def main() -> None:
                 if rule == "asap":
                     batches = simulate_asap(arrivals=arrivals, service_time=service, poll_interval_s=0.05)
                 else:
-                    gate = controller() if kind is None else EarlyAdmit(controller(), kind, value, byte_rate)
+                    gate = (controller() if kind is None else FixedShare(controller(), value) if kind == "share"
+                            else controller(busy_load=value))
                     batches = simulate(gate, arrivals=arrivals, service_time=service, poll_interval_s=0.05)
                 processing = sum(b.completed_at - b.admitted_at for b in batches)
                 runs.append(verdict(batches, bound, feed_end)

@@ -149,7 +149,8 @@ class Decision:
         it), ``"catch-up"`` (a chunk of a
         backlog), ``"overload"`` (everything pending: catch-up chunks did not
         shrink the backlog), ``"heap"`` (``heap_admit``: the driver's old generation is
-        forecast to fill) or ``"collect"`` (``idle_collect``: not admitted; the
+        forecast to fill), ``"busy"`` (``busy_load``: the stream is near saturation at the pending
+        batch's size) or ``"collect"`` (``idle_collect``: not admitted; the
         driver's heap is to be collected now, while the data waits anyway).
     n_datasets, rows, nbytes : int
         Size of what is pending (the batch, if admitted).
@@ -424,6 +425,19 @@ class AdmissionController(BatchController):
         fell to a dataset each, whose fixed cost (0.7-1.5 s for 38,000 rows: the join's state) let
         the backlog grow (20% of the batches within the bound at 34,896 and 38,055 rows/s, against
         44-83% without).  So it is off.
+    busy_load : float, default 0.0
+        Admit at once, instead of waiting for more data, where the stream is near saturation at the
+        pending batch's size: its predicted processing per byte times the bytes arriving per wall
+        second (the processing a wall second of data costs, at that size) is at least this (reason
+        ``"busy"``; >= 0, 0: never, LMStream's rule).  The arrival rate is the pending datasets' (the
+        bytes after the oldest over the time since it), the last one seen while a single dataset is
+        pending; the rule waits for ``cold_start`` observed batches (at least 1).  Near saturation a
+        larger batch processes its rows no faster where a row costs the same in any batch, and
+        waiting for it spends the slack that a slow batch or a collector pause needs.  SIMULATED on
+        LR2S (``benchmarks/lr2s_capacity_sim.py``, calibrated on the probes of
+        ``benchmarks/results/paper-2026-12-06``; not yet measured on Spark): with 0.9, 80% of runs
+        held the bound at 215,269 rows/s (asap 90%, LMStream's rule 20%) and at 187,802 rows/s (80% of
+        asap's capacity) its batches cost 0.90x asap's processing per row (LMStream's rule 0.86x).
     catch_up : {"chunks", "all"}, default "chunks"
         What an admission takes once the backlog cannot meet the target in one
         batch (after a restart or a burst).  ``"all"``: everything pending, as
@@ -527,6 +541,9 @@ class AdmissionController(BatchController):
         Param("row_cap", bool,
               doc="cap a batch's rows where large batches thrash in the driver's collector (halved at each "
                   "such batch, raised by a quarter at each batch near it without a full collection)"),
+        Param("busy_load", float, low=0,
+              doc="admit at once where a wall second of arriving data costs at least this much processing "
+                  "at the pending batch's size: near saturation, waiting buys no speed (0 = never)"),
         Param("catch_up", str, choices=("chunks", "all"),
               doc="a backlog that cannot meet the target in one batch: in chunks that fit it, or all at once"),
     )
@@ -566,6 +583,7 @@ class AdmissionController(BatchController):
         heap_admit: bool = False,
         idle_collect: bool = False,
         row_cap: bool = False,
+        busy_load: float = 0.0,
         warmup: int = 0,
     ) -> None:
         super().__init__()
@@ -600,6 +618,7 @@ class AdmissionController(BatchController):
             "heap_admit": heap_admit,
             "idle_collect": idle_collect,
             "row_cap": row_cap,
+            "busy_load": busy_load,
         }
         self._p: dict[str, Any] = {k: self.param(k).validate(v) for k, v in values.items()}
         self._model = ServiceTimeModel(history=self._history, prior_s=0.0)
@@ -618,6 +637,7 @@ class AdmissionController(BatchController):
         self._closed_ends: dict[float, float | None] = {}
         self._emit_due = False  # the last admission closed a window: the next batch emits it
         self._arrival_rates: tuple[float, float] | None = None  # (bytes, event s) per wall s, last seen
+        self._byte_rate: float | None = None  # bytes arriving per wall s, from the last poll with 2+ pending
         self._features_model = None  # FeatureServiceModel, made when service_model="features" first predicts
         self._state: dict[str, float] = {}  # state rows, bytes and removals from Spark's last progress
         self._last_eviction: float | None = None  # when a progress last reported state rows removed
@@ -732,9 +752,11 @@ class AdmissionController(BatchController):
         nbytes = 0
         oldest = math.inf
         newest = -math.inf
+        oldest_bytes = 0
         for d in pending:
             a = d.arrival
-            oldest = min(oldest, a)
+            if a < oldest:
+                oldest, oldest_bytes = a, d.nbytes
             newest = max(newest, a)
             rows += d.rows
             nbytes += d.nbytes
@@ -766,10 +788,15 @@ class AdmissionController(BatchController):
                     margin = max(margin, predicted)
                 poll = self._p["poll_interval_s"]
                 estimate = age + predicted + margin + poll
+                if n > 1 and newest > oldest:  # the bytes after the oldest dataset, over the time since it
+                    self._byte_rate = (nbytes - oldest_bytes) / (newest - oldest)
                 if age >= target - _TIE_EPS_S:
                     admit, reason = True, "overdue"
                 elif estimate >= target - _TIE_EPS_S:
                     admit, reason = True, "admit"
+                elif self._busy(nbytes, predicted):
+                    # near saturation at this batch's size: a larger one buys no speed, only spends slack
+                    admit, reason = True, "busy"
                 elif (close := self._window_close(pending)) is True:
                     admit, reason = True, "window"
                 elif self._emit_due:
@@ -813,6 +840,17 @@ class AdmissionController(BatchController):
                     self._emit_due = closes and self._closes_apply()
             self._last_decision = dec
         return dec
+
+    def _busy(self, nbytes: int, predicted: float) -> bool:
+        """Whether the stream is near saturation at the pending batch's size (``busy_load``; lock held):
+        the processing a wall second of arriving data costs, at its predicted cost per byte, is at
+        least ``busy_load``."""
+        load = self._p["busy_load"]
+        if load <= 0.0 or self._byte_rate is None or nbytes <= 0:
+            return False
+        if self._n_observed < max(1, self._p["cold_start"]):
+            return False  # the prediction is the prior's guess: it says nothing of a byte's cost
+        return predicted / nbytes * self._byte_rate >= load
 
     def _collect_now(self, slack: float) -> bool:
         """Whether to collect the heap while the data waits (``idle_collect``; lock held): a full
@@ -1231,7 +1269,7 @@ class AdmissionController(BatchController):
         >>> c.mutate({"history": 10})
         Traceback (most recent call last):
         ...
-        lmstream_kit.exceptions.ConfigError: cannot change 'history' on a live controller; mutable parameters: catch_up, close_horizon, close_period_s, cold_evictions, cold_start, cold_target_s, evict_horizon, gc_margin, heap_admit, idle_collect, initial_target_s, interval_margin, lateness_s, min_margin_s, poll_interval_s, prior_processing_s, quantile, row_cap, service_model, slide_s, tumbling_target, window_period_s, window_target_s
+        lmstream_kit.exceptions.ConfigError: cannot change 'history' on a live controller; mutable parameters: busy_load, catch_up, close_horizon, close_period_s, cold_evictions, cold_start, cold_target_s, evict_horizon, gc_margin, heap_admit, idle_collect, initial_target_s, interval_margin, lateness_s, min_margin_s, poll_interval_s, prior_processing_s, quantile, row_cap, service_model, slide_s, tumbling_target, window_period_s, window_target_s
         """
         if not isinstance(changes, Mapping):
             raise ConfigError(f"mutate expects a mapping of parameter -> value, got {changes!r}")

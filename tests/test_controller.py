@@ -542,6 +542,7 @@ def test_params_and_snapshot_json():
         "heap_admit": False,
         "idle_collect": False,
         "row_cap": False,
+        "busy_load": 0.0,
         "warmup": 0,
     }
     for x, t in ((100, 1.5), (200, 2.5), (300, 3.5)):
@@ -830,3 +831,44 @@ def test_row_cap_holds_a_batch_to_the_rows_whose_promotion_fits_the_old_generati
     small = [ds(float(i), rows=100, nbytes=6400) for i in range(3)]
     d = c.decide(3.0, small)
     assert (d.reason, d.take, d.rows) == ("row-cap", 1, 100)
+
+
+def test_busy_load_admits_at_once_where_a_second_of_data_costs_nearly_a_second_of_processing():
+    on = AdmissionController(slide_s=5.0, cold_start=3, busy_load=1.0)
+    off = AdmissionController(slide_s=5.0, cold_start=3)  # LMStream's rule: wait until the target
+    for c in (on, off):
+        # 0.15 s + 2 µs a byte (LR2S's shape); the margin is learned from exact predictions: 0
+        for nbytes in (100_000, 200_000, 400_000):
+            c.observe(BatchObservation(rows=1, nbytes=nbytes, processing_s=0.15 + 2e-6 * nbytes,
+                                       max_latency_s=2.0))
+    # 200,000 bytes every 0.5 s (400,000 a wall second); 600,000 pending: 1.35 s, 0.9 s a second of data
+    pending = [ds(9.0 + 0.5 * i, rows=1, nbytes=200_000) for i in range(3)]
+    assert [c.decide(10.05, pending).reason for c in (on, off)] == ["wait", "wait"]
+    # every 0.4 s (500,000 a wall second): 1.125 s a second of data, busy
+    fast = [ds(9.0 + 0.4 * i, rows=1, nbytes=200_000) for i in range(3)]
+    d = on.decide(9.85, fast)
+    assert (d.admit, d.reason, d.n_datasets) == (True, "busy", 3)
+    assert off.decide(9.85, fast).reason == "wait"
+    # one dataset pending: the rate last seen (500,000 a second) at its own cost per byte (0.55 s for
+    # 200,000 bytes: 1.375 s a second)
+    assert on.decide(10.0, [ds(9.9, rows=1, nbytes=200_000)]).reason == "busy"
+    on.mutate({"busy_load": 2.0})  # live: a higher load needed, so it waits
+    assert on.decide(10.0, [ds(9.9, rows=1, nbytes=200_000)]).reason == "wait"
+    assert on.changes[-1].changes == {"busy_load": (1.0, 2.0)}
+
+
+def test_busy_load_waits_for_observed_batches_before_it_trusts_a_prediction():
+    c = AdmissionController(slide_s=5.0, cold_start=3, busy_load=0.1)
+    pending = [ds(9.0 + 0.5 * i, rows=1, nbytes=200_000) for i in range(3)]
+    assert c.decide(9.99, pending).reason == "wait"  # the prior's guess: nothing known of a byte's cost
+    for nbytes in (100_000, 200_000):
+        c.observe(BatchObservation(rows=1, nbytes=nbytes, processing_s=0.15 + 2e-6 * nbytes, max_latency_s=2.0))
+    assert c.decide(9.99, pending).reason != "busy"
+    c.observe(BatchObservation(rows=1, nbytes=400_000, processing_s=0.95, max_latency_s=2.0))
+    assert c.decide(9.99, pending).reason == "busy"
+
+
+@pytest.mark.parametrize("bad", [-0.5, "x", None])
+def test_busy_load_is_a_load_at_least_zero(bad):
+    with pytest.raises(ValueError, match="busy_load"):
+        AdmissionController(slide_s=5.0, busy_load=bad)

@@ -92,21 +92,26 @@ def _trained() -> AdmissionController:
     return c
 
 
-def test_the_early_rules_admit_only_where_waiting_does_not_pay():
+def test_the_fixed_share_rule_admits_only_where_waiting_would_not_make_rows_cheaper():
     young = [SimpleNamespace(arrival=9.9, rows=1, nbytes=600_000)]  # 1.35 s predicted, 0.15 s of it fixed (11%)
     assert _trained().decide(10.0, young).reason == "wait"
-    share = sim.EarlyAdmit(_trained(), "share", 0.1, byte_rate=0.0)
+    share = sim.FixedShare(_trained(), 0.1)
     assert share.decide(10.0, young).reason == "wait"
     bigger = [SimpleNamespace(arrival=9.9, rows=1, nbytes=700_000)]  # 0.15 of 1.55 s: 9.7%
     d = share.decide(10.0, bigger)
     assert (d.admit, d.reason) == (True, "share")
-    # busy: 1.35 s for 600,000 bytes (2.25 µs a byte, the fixed part included) x 400,000 bytes a second
-    # = 0.9 s of processing per second of data; 300,000 bytes a second: 0.675 s
-    assert sim.EarlyAdmit(_trained(), "busy", 0.85, byte_rate=400_000).decide(10.0, young).reason == "busy"
-    assert sim.EarlyAdmit(_trained(), "busy", 0.85, byte_rate=300_000).decide(10.0, young).reason == "wait"
-    # before the controller has seen 3 batches, it decides alone
-    assert sim.EarlyAdmit(AdmissionController(slide_s=5.0), "busy", 0.0, byte_rate=1e9).decide(
-        3.5, young).reason == "wait"
+    share.observe(BatchObservation(rows=1, nbytes=800_000, processing_s=1.75, max_latency_s=3.0))
+    assert share.inner.n_observed == 4  # observations reach the controller
+    # a controller with no fitted line decides alone
+    assert sim.FixedShare(AdmissionController(slide_s=5.0), 0.99).decide(3.5, young).reason == "wait"
+
+
+def test_the_simulated_controller_is_the_presets_with_the_rule_given():
+    c = sim.controller(busy_load=0.9)
+    # LR2S's 5 s bound, its first target a sixth of its 30 s window (as a LiveStream sets it), the preset's margin
+    assert (c.param_value("slide_s"), c.target_s, c.quantile, c.min_margin_s, c.poll_interval_s) == (
+        5.0, 2.5, 0.97, 0.5, 0.05)
+    assert c.param_value("busy_load") == 0.9 and sim.controller().param_value("busy_load") == 0.0
 
 
 def test_a_run_passes_with_95_percent_within_and_its_last_batch_admitted_in_time():
