@@ -316,6 +316,36 @@ def test_cells_at_a_share_of_asaps_capacity_run_after_the_search_and_feed_the_go
     assert again == []  # the cells at capacity were logged too: nothing runs again
 
 
+def test_a_querys_cells_at_capacity_run_right_after_its_own_search_before_the_next_querys(tmp_path, fake):
+    """On the machine that searched it: a sweep resumed in a later session may run on a VM of another speed."""
+    out = tmp_path / "b"
+    calls: list = []
+    fake(make_run(calls, capacity=3000))
+    cfg = {"queries": ["LR2S", "CM2S"], "policies": ["lmstream", "asap"], "traffic": ["constant"], "warmup_s": 0,
+           "capacity": True, "capacity_duration_s": 10.0, "at_capacity": 0.8}
+    run_bench(config(**cfg), out)
+    names = [c[0] for c in calls]
+    lr2s_near = names.index("LR2S-lmstream-constant-r0-at-2262")
+    assert names[lr2s_near + 1] == "LR2S-asap-constant-r0-at-2262"
+    assert names[:4] == ["LR2S-lmstream-constant-r0", "LR2S-asap-constant-r0", "CM2S-lmstream-constant-r0",
+                         "CM2S-asap-constant-r0"]  # the sweep first
+    assert all(n.startswith("capacity-LR2S-") for n in names[4:lr2s_near])
+    assert names[lr2s_near + 2].startswith("capacity-CM2S-")
+    assert names[-2:] == ["CM2S-lmstream-constant-r0-at-2262", "CM2S-asap-constant-r0-at-2262"]
+    # interrupted in CM2S's search and resumed: LR2S's cells at capacity are kept, CM2S's search goes on
+    cut = next(i for i, n in enumerate(names) if n.startswith("capacity-CM2S-")) + 3
+    out2 = tmp_path / "c"
+    calls2: list = []
+    fake(make_run(calls2, stop_at=cut))
+    with pytest.raises(Interrupted):
+        run_bench(config(**cfg), out2)
+    again: list = []
+    fake(make_run(again))
+    run_bench(config(**cfg), out2, resume=True)
+    assert not any(n[0].startswith("LR2S-") for n in again), again
+    assert [n[0] for n in again][-2:] == ["CM2S-lmstream-constant-r0-at-2262", "CM2S-asap-constant-r0-at-2262"]
+
+
 def test_at_capacity_cells_need_the_capacity_search():
     with pytest.raises(ConfigError, match=r"^at-capacity cells need the capacity search"):
         config(at_capacity=0.8)

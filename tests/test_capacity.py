@@ -226,6 +226,24 @@ def test_time_given_back_runs_only_the_unfinished_pairs_of_a_query():
     assert sum(label.startswith("capacity Q1 a: ") for label in said) == 2  # cut by its share, then done
 
 
+def test_a_query_is_told_done_as_soon_as_its_search_is_and_its_hook_spends_none_of_the_budget():
+    clock = FakeClock()
+    ran: list = []
+    told: list = []
+
+    def done(query, rows):  # the bench's cells at capacity: 500 s of the clock, not the search's budget
+        told.append((query, len(ran), sorted({r["policy"] for r in rows}), len(rows)))
+        clock.now += 500.0
+
+    search_pairs([("Q1", "a"), ("Q1", "b"), ("Q2", "c")], probing(clock, {"a": 3000, "b": 10, "c": 10}),
+                 lambda: CapacitySearch(1000, max_probes=12), budget_s=200, clock=clock, on_row=ran.append,
+                 on_query_done=done)
+    # the same runs as without the hook (see the test above): Q1's share cut a short, so Q1 is told once the
+    # time left went back to a; Q2 (done in its share) is told at once, before that
+    assert "".join(r["policy"] for r in ran) == "ab" * 5 + "c" * 5 + "a" * 3
+    assert told == [("Q2", 15, ["c"], 5), ("Q1", 18, ["a", "b"], 13)]
+
+
 def test_a_pair_the_budget_left_without_a_probe_gets_a_row_without_a_rate():
     clock = FakeClock()
     both = {"lmstream": 3000, "fixed": 3000}

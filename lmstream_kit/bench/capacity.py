@@ -298,6 +298,7 @@ def search_pairs(
     notify: Optional[ProgressFn] = None,
     on_row: Optional[Callable[[dict], None]] = None,
     prior: Sequence[dict] = (),
+    on_query_done: Optional[Callable[[str, list], None]] = None,
 ) -> list[dict]:
     """Run a :class:`CapacitySearch` for each pair; one row (:data:`PROBE_COLUMNS`) per run.
 
@@ -315,7 +316,10 @@ def search_pairs(
     shrinks as pairs finish under their ``max_probes``.  ``on_row`` gets each
     run's row as soon as it is complete (the bench's crash-safe log).  ``prior``: the rows of an
     interrupted search (that log), replayed into the searches before any probe runs; their
-    ``wall_s`` counts against the budget.
+    ``wall_s`` counts against the budget.  ``on_query_done(query, rows)`` is called once per query with
+    its pairs' rows as soon as its search can go no further: at once where every pair finished (the
+    bench measures the query's cells at a share of its capacity there, on the machine that searched
+    it), else once the budget is spent; the seconds it takes do not count against the budget.
 
     Examples
     --------
@@ -342,7 +346,23 @@ def search_pairs(
             rows[pair].append(row)
             state["done"] += 1
             spent += float(row.get("wall_s") or 0.0)
-    started = clock() - spent
+    paused = [0.0]  # seconds spent in on_query_done: not the search's
+
+    def now() -> float:
+        return clock() - paused[0]
+
+    started = now() - spent
+    told: set = set()
+
+    def done(query: str) -> None:
+        if on_query_done is None or query in told:
+            return
+        told.add(query)
+        began = clock()
+        try:
+            on_query_done(query, [row for pair in pairs if pair[0] == query for row in rows[pair]])
+        finally:
+            paused[0] += clock() - began
 
     def event(label: str) -> None:
         notify({"phase": "capacity", "done": state["done"], "total": sum(most.values()), "label": label})
@@ -373,7 +393,7 @@ def search_pairs(
         while waiting:
             for pair in list(waiting):
                 rate = searches[pair].next_rate()
-                if rate is not None and (deadline is None or clock() < deadline):
+                if rate is not None and (deadline is None or now() < deadline):
                     step(pair, rate)
                     if searches[pair].next_rate() is not None:
                         continue
@@ -384,14 +404,18 @@ def search_pairs(
     for i, group in enumerate(groups):
         deadline = None
         if budget_s is not None:
-            now = clock()
-            deadline = now + max(0.0, started + budget_s - now) / (len(groups) - i)
+            at = now()
+            deadline = at + max(0.0, started + budget_s - at) / (len(groups) - i)
         run(group, deadline)
+        if all(searches[pair].next_rate() is None for pair in group):
+            done(group[0][0])
     if budget_s is not None:
         for group in groups:  # its unfinished pairs only: a finished one's bracket was said
             left = [pair for pair in group if searches[pair].next_rate() is not None]
             if left:
                 run(left, started + budget_s)
+    for group in groups:  # the queries the budget cut short, with what they have
+        done(group[0][0])
     for pair in pairs:  # the budget is spent: no pair gets another run
         most[pair] = len(searches[pair].probes)
     finished = all(s.next_rate() is None for s in searches.values())
@@ -432,9 +456,10 @@ def _bracket_label(search: CapacitySearch) -> str:
 
 
 def _capacity(cfg: BenchConfig, runner: _Runner, out: Path, notify: ProgressFn,
-              clock: Callable[[], float] = time.monotonic, prior: Sequence[dict] = ()) -> list[dict]:
+              clock: Callable[[], float] = time.monotonic, prior: Sequence[dict] = (),
+              on_query_done: Optional[Callable[[str, list], None]] = None) -> list[dict]:
     """Bracket each (query, policy)'s highest rate that meets the bound for 95% of batches
-    (``prior``: the probes of an interrupted bench, kept)."""
+    (``prior``: the probes of an interrupted bench, kept; ``on_query_done``: see :func:`search_pairs`)."""
     from ..metrics import JsonlWriter
 
     log = JsonlWriter(out / "capacity.jsonl")
@@ -501,7 +526,7 @@ def _capacity(cfg: BenchConfig, runner: _Runner, out: Path, notify: ProgressFn,
     try:
         rows = search_pairs([(q, p) for q in cfg.queries for p in cfg.policies], probe, make_search,
                             budget_s=cfg.capacity_budget_s, clock=clock, notify=tell, on_row=log.append,
-                            prior=prior)
+                            prior=prior, on_query_done=on_query_done)
     finally:
         log.close()
     unprobed = {"seed": cfg.seed, "duration_s": float(cfg.capacity_duration_s), "within_bound": math.nan,

@@ -249,10 +249,11 @@ class BenchConfig:
             if w.window_from_plan:
                 self._workloads[name] = w.with_window(*query_window(w))
 
-    def capacity_cells(self, probes: Sequence[Mapping]) -> tuple[list[dict], dict]:
+    def capacity_cells(self, probes: Sequence[Mapping], queries: Optional[Sequence[str]] = None
+                       ) -> tuple[list[dict], dict]:
         """The cells at :attr:`at_capacity` of asap's capacity, from the capacity search's ``probes``
         (its rows, whose last per query and policy holds the search's ``lo``), and ``{query: why}``
-        for the queries it skips.
+        for the queries it skips; ``queries``: only these of the sweep's.
 
         >>> cfg = BenchConfig(queries=["LR2S", "CM2S"], policies=["lmstream", "asap"], at_capacity=0.8, capacity=True)
         >>> probes = [{"query": "LR2S", "policy": "asap", "lo": 1000.0}, {"query": "LR2S", "policy": "asap", "lo": 2828.0},
@@ -268,7 +269,7 @@ class BenchConfig:
             if row.get("policy") == "asap":
                 lo[row["query"]] = row.get("lo")
         cells, skipped = [], {}
-        for query in self.queries:
+        for query in self.queries if queries is None else [q for q in self.queries if q in set(queries)]:
             value = lo.get(query)
             if not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
                 skipped[query] = ("asap's capacity search passed no rate" if query in lo

@@ -414,11 +414,18 @@ def run_bench(
         failed = run_cells(cells, "sweep")
         probes: list[dict] = []
         if cfg.capacity and failed is None:
-            probes = _capacity(cfg, runner, out, notify, prior=prior)
-            if cfg.at_capacity is not None:
-                near, skipped = cfg.capacity_cells(probes)
+            near_failed: list = []
+
+            def near_cells(query: str, query_probes: list) -> None:
+                """The query's cells at a share of asap's capacity, as soon as its search is done: on the
+                machine that searched it (a sweep resumed on another VM, faster or slower, would run
+                them at a share of a capacity measured elsewhere)."""
+                nonlocal kept
+                if cfg.at_capacity is None or near_failed:
+                    return
+                near, skipped = cfg.capacity_cells(query_probes, queries=[query])
                 if skipped:
-                    meta["at_capacity_skipped"] = skipped
+                    meta.setdefault("at_capacity_skipped", {}).update(skipped)
                 kept, again = _resume.side_by_side(near, kept, remeasure)
                 if remeasured := _resume.note_remeasured(out, again):
                     meta["remeasured"] = remeasured
@@ -426,7 +433,11 @@ def run_bench(
                 cold = fresh - runner.warmed if cfg.warmup_s > 0 else set()
                 progress["planned"] |= cold
                 progress["total"] += len(near) + len(cold)
-                failed = run_cells(near, "sweep")
+                if (why := run_cells(near, "sweep")) is not None:
+                    near_failed.append(why)  # the session may be unusable: no more of these cells
+
+            probes = _capacity(cfg, runner, out, notify, prior=prior, on_query_done=near_cells)
+            failed = near_failed[0] if near_failed else None
         cells_log.close()
 
         results = pd.DataFrame(rows)
