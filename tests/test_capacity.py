@@ -301,6 +301,9 @@ def test_the_bench_probes_seed_each_repetition_and_write_rows_that_render_as_bra
     assert (last["probe"], last["rate"], last["seed"], last["status"]) == (7, 3084.0, 8, "bracketed")
     # with its batches' size, latency and speed, read from its metrics as a cell's are
     assert (last["mean_rows_per_batch"], last["mean_max_latency_s"], last["throughput_rows_s"]) == (3084, 1e6, 6168)
+    from lmstream_kit.bench.outputs import machine_boot
+
+    assert {r["boot"] for r in logged} == {machine_boot()}  # the machine each probe ran on
     # through capacity.parquet as run_bench writes it, and back
     pd.DataFrame(rows, columns=PROBE_COLUMNS).to_parquet(tmp_path / "capacity.parquet", index=False)
     stored = pd.read_parquet(tmp_path / "capacity.parquet")

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Callable, Optional, Sequence
 from ..exceptions import ConfigError
 from .cells import PROBE_SUMMARY, batch_fields, bound_s, collector_fields, metrics_so_far
 from .config import BenchConfig, ProgressFn
+from .outputs import machine_boot
 
 if TYPE_CHECKING:
     from .run import _Runner
@@ -30,7 +31,7 @@ STATUSES = ("bracketed", "open", "not-converged", "none-passed")
 #: the columns of a probe row (``capacity.parquet``); ``lo``, ``hi`` and ``status`` are the search's after it
 PROBE_COLUMNS = ["query", "policy", "probe", "rate", "rep", "seed", "duration_s", "within_bound", "passed",
                  "batches", "caught_up", "wall_s", "lo", "hi", "status", "error", "retried", "gc_share", "full_gcs",
-                 *PROBE_SUMMARY]
+                 *PROBE_SUMMARY, "boot"]
 
 
 def probe_dir(out: Path, query: str, policy: str, rate: float, rep: int) -> Path:
@@ -515,6 +516,7 @@ def _capacity(cfg: BenchConfig, runner: _Runner, out: Path, notify: ProgressFn,
                     "wall_s": round(time.monotonic() - began, 3),
                     **{k: v for k, v in collector_fields(metrics).items() if k != "gc_s"},
                     **batch_fields(metrics, bound),
+                    "boot": machine_boot(),  # the machine (a resumed search may run on another)
                     **({"error": error} if error else {}),
                     **({"retried": retried} if retried else {})}
         return measured

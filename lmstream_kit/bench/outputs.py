@@ -33,6 +33,20 @@ def machine_info() -> dict:
     return {"cpu": cpu, "cores": os.cpu_count(), "memory_gib": memory, "os": platform.platform()}
 
 
+def machine_boot() -> Optional[str]:
+    """This machine's boot, as a short id (Linux's ``boot_id``; None elsewhere): a bench resumed on another
+    VM, or after a reboot, tells its probes and cells apart by it, since such a machine's speed may differ.
+
+    >>> b = machine_boot(); b is None or (len(b) == 8 and b == machine_boot())
+    True
+    """
+    try:
+        with open("/proc/sys/kernel/random/boot_id", encoding="utf-8") as fh:
+            return fh.read().strip().replace("-", "")[:8] or None
+    except OSError:
+        return None
+
+
 def write_run_results(out: Path, stem: str, meta: dict, runs: list[dict]) -> Path:
     """A benchmark script's results: ``<out>/<stem>-<host>-<time>.json`` (meta and runs) and the runs as CSV.
 

@@ -14,7 +14,7 @@ from ..exceptions import ConfigError
 from .capacity import PROBE_COLUMNS, _capacity, with_batch_fields
 from .cells import batch_rows, cell_row, collector_fields, metrics_so_far
 from .config import BenchConfig, ProgressFn, _config_dict
-from .outputs import _kit_version, machine_info, source_commit, write_outputs, write_reports
+from .outputs import _kit_version, machine_boot, machine_info, source_commit, write_outputs, write_reports
 from . import resume as _resume
 
 
@@ -396,7 +396,7 @@ def run_bench(
                                duration_s=cfg.duration_s, cpu=cpu)
                 row.update(run_dir=str(run_dir.relative_to(out)), spark_version=meta["spark_version"],
                            feed="spool" if cfg.feed is None else "kafka", load=cell["load"],
-                           failed=failed)
+                           failed=failed, boot=machine_boot())
                 rows.append(row)
                 cells_log.append(row)
                 batch_records.extend(_batch_records(row, cell, workload, out, cfg.speedup, metrics))

@@ -150,6 +150,7 @@ def capacity_brackets(capacity: pd.DataFrame | None) -> pd.DataFrame:
                              else "status derived from the probes (no search recorded)")
             notes.append(_coarse_note(policy, runs, hi))
             notes.append(_error_note(policy, runs))
+            notes.append(_machines_note(policy, runs))
             note = "; ".join(n for n in notes if n)
             rows.append({"query": query, "policy": policy, "lo": lo, "hi": hi, "status": status,
                          "probes": int(len(runs)), "reps": reps, "duration_s": duration,
@@ -193,6 +194,24 @@ def _error_note(policy: str, runs: pd.DataFrame) -> str:
         return ""
     failed = runs[runs["error"].map(lambda e: isinstance(e, str) and bool(e))]
     return "; ".join(f"{policy} at {rate:,.0f}: {error}" for rate, error in zip(failed["_rate"], failed["error"]))
+
+
+def _machines_note(policy: str, runs: pd.DataFrame) -> str:
+    """Where a search's runs ran on more than one machine (``boot``: a bench resumed on another VM, or after
+    a reboot), whose speeds may differ: its bracket mixes them.
+
+    >>> runs = pd.DataFrame({"_rate": [1000.0, 2000.0, 1414.0], "boot": ["a1b2c3d4", "a1b2c3d4", "e5f6a7b8"]})
+    >>> _machines_note("asap", runs)
+    'asap: its runs were on 2 machines (a resumed search), whose speeds may differ'
+    >>> _machines_note("asap", runs.assign(boot=["a1b2c3d4", "a1b2c3d4", None]))
+    ''
+    """
+    if "boot" not in runs:
+        return ""
+    machines = {b for b in runs["boot"] if isinstance(b, str) and b}
+    if len(machines) < 2:
+        return ""
+    return f"{policy}: its runs were on {len(machines)} machines (a resumed search), whose speeds may differ"
 
 
 def _bracket_text(lo: float, hi: float, status: str, reps: int, probes: int) -> str:
