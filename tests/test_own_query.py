@@ -236,6 +236,13 @@ def windows_closed(run: Path, rows: pd.DataFrame, *, lateness_s: int = 5, size: 
 
 
 def assert_windows_match(run: Path, rows: pd.DataFrame, *, at_least: int) -> None:
+    if at_least == 0:
+        # under load (CI's niced 4.3 line) two or three big batches may end the run before any batch
+        # runs with a watermark past a window's end: then no window may be in the output yet
+        files = sorted((run / "output").glob("part-*.parquet"))
+        emitted = sum(pq.read_metadata(f).num_rows for f in files)
+        assert emitted == 0, f"{emitted} rows emitted before any window closed in {run}"
+        return
     got = streamed(run)
     assert got["window_start"].nunique() >= at_least, got
     expected = lanes_by_pandas(rows)
@@ -262,7 +269,7 @@ def test_lanes_from_a_file_of_its_own_matches_pandas_under_every_policy(policy, 
     assert len(rows) == 60 * 200 and sum(r["rows"] for r in s.records) == len(rows)
     # events up to 60 s and a 5 s watermark close the windows at 0 s and 20 s, once a batch runs with
     # that watermark (under load, fewer and bigger batches may end the run before it)
-    assert_windows_match(run, rows, at_least=max(1, min(2, windows_closed(run, rows))))
+    assert_windows_match(run, rows, at_least=min(2, windows_closed(run, rows)))
     assert all(r["bound_s"] == 2.0 for r in s.records)  # 20 s window / speedup 10
     info = json.loads((run / "run.json").read_text())
     assert info["workload"] == "LANES" and info["policy"] == policy
@@ -351,7 +358,7 @@ def test_lanes_runs_from_the_cli_and_in_bench(spark, tmp_path):
     rows = Spool(out / "spool", create=False).read_table().to_pandas()
     # the windows at 0 s and 20 s close once a batch runs with a watermark past them: under load
     # (CI's niced background part), fewer and bigger batches may end the run before the second
-    assert_windows_match(out, rows, at_least=max(1, min(2, windows_closed(out, rows))))
+    assert_windows_match(out, rows, at_least=min(2, windows_closed(out, rows)))
 
     cfg = BenchConfig(queries="examples/lanes.py:LANES", policies="lmstream,asap", traffic="constant",
                       duration_s=40, speedup=10, rate=200, warmup_s=0, output="parquet")
