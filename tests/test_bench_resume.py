@@ -253,7 +253,7 @@ def test_the_logged_probes_wall_seconds_count_against_the_budget():
 
     prior = [{"query": "Q", "policy": "a", "probe": i, "rate": r, "rep": 0, "passed": r <= 3000, "wall_s": 100.0}
              for i, r in enumerate((1000, 2000, 4000))]
-    rows = search_pairs([("Q", "a")], probe, lambda: CapacitySearch(1000, max_probes=12), budget_s=450.0,
+    rows = search_pairs([("Q", "a")], probe, lambda pair: CapacitySearch(1000, max_probes=12), budget_s=450.0,
                         clock=lambda: now["t"], prior=prior)
     # 300 s of the 450 s budget were spent before the interruption: two more probes start
     assert [r["rate"] for r in rows] == [1000, 2000, 4000, 2828.0, 3363.0]
@@ -495,3 +495,46 @@ def test_the_state_store_reaches_every_runs_query_and_a_resume_must_keep_it(tmp_
         run_bench(config(state_store="rocksdb"), out, resume=True)
     fake(make_run([]))
     run_bench(config(), out, resume=True)
+
+
+def test_a_resume_on_another_machine_searches_again_the_queries_whose_cells_at_capacity_are_still_to_run(
+        tmp_path, fake, monkeypatch):
+    """Their share of asap's capacity is measured on the machine that runs them; a finished query stays."""
+    out = tmp_path / "b"
+    cfg = {"queries": ["LR2S", "CM2S"], "policies": ["lmstream", "asap"], "traffic": ["constant"], "warmup_s": 0,
+           "capacity": True, "capacity_duration_s": 10.0, "at_capacity": 0.8}
+    calls: list = []
+    fake(make_run(calls))
+    run_bench(config(**cfg), out)
+    cut = next(i for i, (n, _) in enumerate(calls) if n.startswith("capacity-CM2S-")) + 3
+    out2 = tmp_path / "c"
+    fake(make_run([], stop_at=cut))
+    with pytest.raises(Interrupted):  # CM2S: lmstream passed 1000 and 2000, asap 1000
+        run_bench(config(**cfg), out2)
+    logged = [json.loads(line) for line in (out2 / "capacity.jsonl").read_text().splitlines()]
+    assert [(r["query"], r["policy"], r["rate"]) for r in logged if r["query"] == "CM2S"] == [
+        ("CM2S", "lmstream", 1000.0), ("CM2S", "asap", 1000.0), ("CM2S", "lmstream", 2000.0)]
+    here = logged[0]["boot"]
+    for module in ("run", "capacity"):
+        monkeypatch.setattr(f"lmstream_kit.bench.{module}.machine_boot", lambda: "0ther0ne")
+    again: list = []
+    fake(make_run(again))
+    result = run_bench(config(**cfg), out2, resume=True)
+    assert not any(n.startswith("LR2S-") or n.startswith("capacity-LR2S-") for n, _ in again), again
+    assert result.meta["capacity_searched_again"] == {"CM2S": f"its capacity probes ran on machine {here}; "
+                                                               "this one is 0ther0ne"}
+    assert again[:2] == [("capacity-CM2S-lmstream-2000-r0", 2000.0), ("capacity-CM2S-asap-1000-r0", 1000.0)]
+    [aside] = list(out2.glob("capacity-discarded-*.jsonl"))
+    assert [json.loads(line)["rate"] for line in aside.read_text().splitlines()] == [1000.0, 1000.0, 2000.0]
+    cm2s = result.capacity[result.capacity["query"] == "CM2S"]
+    assert set(cm2s["boot"]) == {"0ther0ne"} and len(cm2s) == len(again) - 2  # its probes, then its two cells
+    assert set(result.capacity[result.capacity["query"] == "LR2S"]["boot"]) == {here}
+    assert [n for n, _ in again][-2:] == ["CM2S-lmstream-constant-r0-at-2262", "CM2S-asap-constant-r0-at-2262"]
+    # on the machine that searched it, an interrupted search goes on (not run again)
+    out3 = tmp_path / "d"
+    fake(make_run([], stop_at=cut))
+    with pytest.raises(Interrupted):
+        run_bench(config(**cfg), out3)
+    fake(make_run(more := []))
+    assert "capacity_searched_again" not in run_bench(config(**cfg), out3, resume=True).meta
+    assert not list(out3.glob("capacity-discarded-*.jsonl"))

@@ -148,7 +148,7 @@ def probing(clock: FakeClock, capacities: dict, seconds: float = 10.0):
 def test_without_a_budget_every_pair_converges_and_the_progress_total_shrinks_to_the_runs():
     events = []
     rows = search_pairs([("Q", "a"), ("Q", "b")], probing(FakeClock(), {"a": 2999, "b": 1e9}),
-                        lambda: CapacitySearch(1000, max_probes=12, max_rate=3000), notify=events.append)
+                        lambda pair: CapacitySearch(1000, max_probes=12, max_rate=3000), notify=events.append)
     last = {(r["policy"]): r for r in rows}
     assert (last["a"]["lo"], last["a"]["hi"], last["a"]["status"]) == (2852, 3000, "bracketed")
     assert (last["b"]["lo"], last["b"]["hi"], last["b"]["status"]) == (3000, None, "open")
@@ -171,7 +171,7 @@ def test_the_budget_shares_the_time_and_leaves_each_cut_pair_not_converged_with_
     events = []
     three = {"a": 3000, "b": 3000, "c": 3000}
     rows = search_pairs([("Q", "a"), ("Q", "b"), ("Q", "c")], probing(clock, three),
-                        lambda: CapacitySearch(1000, max_probes=12), budget_s=100, clock=clock,
+                        lambda pair: CapacitySearch(1000, max_probes=12), budget_s=100, clock=clock,
                         notify=events.append)
     # one query: its three policies take turns (a, b, c, a, ...) at 10 s a probe for the whole 100 s
     assert [sum(r["policy"] == p for r in rows) for p in "abc"] == [4, 3, 3]
@@ -186,7 +186,7 @@ def test_the_budget_shares_the_time_and_leaves_each_cut_pair_not_converged_with_
 def test_time_a_pair_leaves_unused_goes_to_the_pair_its_share_cut_short():
     clock = FakeClock()
     rows = search_pairs([("Q", "a"), ("Q", "b")], probing(clock, {"a": 3000, "b": 10}),
-                        lambda: CapacitySearch(1000, max_probes=12, max_rate=1e5), budget_s=130, clock=clock)
+                        lambda pair: CapacitySearch(1000, max_probes=12, max_rate=1e5), budget_s=130, clock=clock)
     a = [r for r in rows if r["policy"] == "a"]
     b = [r for r in rows if r["policy"] == "b"]
     # a and b took turns until b's search was done (5 runs, at 100 s); a ran alone after it
@@ -201,7 +201,7 @@ def test_each_query_gets_an_equal_share_its_policies_take_turns_and_time_left_go
     ran: list = []
     rows = search_pairs([("Q1", "a"), ("Q1", "b"), ("Q2", "c"), ("Q2", "d")],
                         probing(clock, {"a": 3000, "b": 3000, "c": 10, "d": 10}),
-                        lambda: CapacitySearch(1000, max_probes=12), budget_s=240, clock=clock, on_row=ran.append)
+                        lambda pair: CapacitySearch(1000, max_probes=12), budget_s=240, clock=clock, on_row=ran.append)
     # Q1's share, 120 s of 240, is 12 runs in turn; Q2 needs 100 s of its 120 (c and d: none passed
     # after 5 runs each); the 20 s left go back to Q1, its policies still in turn
     assert "".join(r["policy"] for r in ran) == "ab" * 6 + "cd" * 5 + "ab"
@@ -216,7 +216,7 @@ def test_time_given_back_runs_only_the_unfinished_pairs_of_a_query():
     events: list = []
     ran: list = []
     search_pairs([("Q1", "a"), ("Q1", "b"), ("Q2", "c")], probing(clock, {"a": 3000, "b": 10, "c": 10}),
-                 lambda: CapacitySearch(1000, max_probes=12), budget_s=200, clock=clock, notify=events.append,
+                 lambda pair: CapacitySearch(1000, max_probes=12), budget_s=200, clock=clock, notify=events.append,
                  on_row=ran.append)
     # Q1's 100 s: a and b in turn, b done (none passed) after 5 runs, a not; Q2's c needs 50 s of its 100;
     # the 50 s left go to a alone, which needs 3 more runs to be done
@@ -236,7 +236,7 @@ def test_a_query_is_told_done_as_soon_as_its_search_is_and_its_hook_spends_none_
         clock.now += 500.0
 
     search_pairs([("Q1", "a"), ("Q1", "b"), ("Q2", "c")], probing(clock, {"a": 3000, "b": 10, "c": 10}),
-                 lambda: CapacitySearch(1000, max_probes=12), budget_s=200, clock=clock, on_row=ran.append,
+                 lambda pair: CapacitySearch(1000, max_probes=12), budget_s=200, clock=clock, on_row=ran.append,
                  on_query_done=done)
     # the same runs as without the hook (see the test above): Q1's share cut a short, so Q1 is told once the
     # time left went back to a; Q2 (done in its share) is told at once, before that
@@ -248,7 +248,7 @@ def test_a_pair_the_budget_left_without_a_probe_gets_a_row_without_a_rate():
     clock = FakeClock()
     both = {"lmstream": 3000, "fixed": 3000}
     rows = search_pairs([("Q", "lmstream"), ("Q", "fixed")], probing(clock, both),
-                        lambda: CapacitySearch(1000), budget_s=5, clock=clock)
+                        lambda pair: CapacitySearch(1000), budget_s=5, clock=clock)
     assert [(r["policy"], r["rate"], r["status"]) for r in rows][0] == ("lmstream", 1000.0, "not-converged")
     unprobed = rows[1]
     assert unprobed["policy"] == "fixed" and math.isnan(unprobed["rate"])

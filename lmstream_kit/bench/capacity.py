@@ -292,7 +292,7 @@ Pair = tuple  # (query, policy)
 def search_pairs(
     pairs: Sequence[Pair],
     probe: Callable[[Pair, int, int], dict],
-    make_search: Callable[[], CapacitySearch],
+    make_search: Callable[[Pair], CapacitySearch],
     *,
     budget_s: Optional[float] = None,
     clock: Callable[[], float] = time.monotonic,
@@ -303,8 +303,8 @@ def search_pairs(
 ) -> list[dict]:
     """Run a :class:`CapacitySearch` for each pair; one row (:data:`PROBE_COLUMNS`) per run.
 
-    ``probe(pair, rate, rep)`` runs one probe and returns at least ``passed``
-    (bool) and the other measured columns.  The pairs of one query take turns,
+    ``make_search(pair)`` gives each pair its search.  ``probe(pair, rate, rep)`` runs one probe and
+    returns at least ``passed`` (bool) and the other measured columns.  The pairs of one query take turns,
     one run each (its policies' probes side by side, so that a machine that
     slows down over an hour slows every policy's search alike, not the last
     one's); the queries run one after the other, in order.  With ``budget_s``,
@@ -327,7 +327,7 @@ def search_pairs(
     >>> def probe(pair, rate, rep):
     ...     return {"passed": rate <= {"a": 3000, "b": 1500}[pair[1]]}
     >>> ran = []
-    >>> rows = search_pairs([("Q", "a"), ("Q", "b")], probe, lambda: CapacitySearch(1000, max_probes=12),
+    >>> rows = search_pairs([("Q", "a"), ("Q", "b")], probe, lambda pair: CapacitySearch(1000, max_probes=12),
     ...                     on_row=ran.append)
     >>> [(r["policy"], r["probe"], r["rate"], r["rep"], r["lo"], r["hi"], r["status"]) for r in rows[-2:]]
     [('b', 5, 1414.0, 1, 1414, 1542, 'not-converged'), ('b', 6, 1542.0, 1, 1414, 1542, 'bracketed')]
@@ -335,7 +335,7 @@ def search_pairs(
     'abababababababa'
     """
     notify = notify or (lambda event: None)
-    searches = {pair: make_search() for pair in pairs}
+    searches = {pair: make_search(pair) for pair in pairs}
     most = {pair: s.max_probes for pair, s in searches.items()}  # each pair's runs at most
     rows: dict = {pair: [] for pair in pairs}
     state = {"done": 0}
@@ -458,9 +458,12 @@ def _bracket_label(search: CapacitySearch) -> str:
 
 def _capacity(cfg: BenchConfig, runner: _Runner, out: Path, notify: ProgressFn,
               clock: Callable[[], float] = time.monotonic, prior: Sequence[dict] = (),
-              on_query_done: Optional[Callable[[str, list], None]] = None) -> list[dict]:
+              on_query_done: Optional[Callable[[str, list], None]] = None,
+              starts: Optional[dict] = None) -> list[dict]:
     """Bracket each (query, policy)'s highest rate that meets the bound for 95% of batches
-    (``prior``: the probes of an interrupted bench, kept; ``on_query_done``: see :func:`search_pairs`)."""
+    (``prior``: the probes of an interrupted bench, kept; ``on_query_done``: see :func:`search_pairs`;
+    ``starts``: ``{(query, policy): rate}``, where a pair's search starts instead of the sweep's start, a
+    search set aside to run again on this machine starting where its bracket was)."""
     from ..metrics import JsonlWriter
 
     log = JsonlWriter(out / "capacity.jsonl")
@@ -521,8 +524,9 @@ def _capacity(cfg: BenchConfig, runner: _Runner, out: Path, notify: ProgressFn,
                     **({"retried": retried} if retried else {})}
         return measured
 
-    def make_search() -> CapacitySearch:
-        return CapacitySearch(cfg.capacity_start or cfg.rate, max_probes=cfg.capacity_probes,
+    def make_search(pair: Pair) -> CapacitySearch:
+        start = (starts or {}).get(pair) or cfg.capacity_start or cfg.rate
+        return CapacitySearch(start, max_probes=cfg.capacity_probes,
                               max_rate=cfg.capacity_max_rate, min_batches=cfg.capacity_min_batches)
 
     try:

@@ -17,7 +17,10 @@ A cell that failed, or whose run directory is gone, runs again, and so do the ot
 group (the same query, traffic, repetition, rate and load: :func:`group_key`), because the bench
 compares policies only side by side, run back to back on one JVM (:func:`side_by_side`).
 ``remeasure`` (``bench --resume --remeasure QUERY``) runs a query's groups again on purpose.  A
-probe cut short by the interruption was never logged, so it runs again too.  The capacity search replays the
+probe cut short by the interruption was never logged, so it runs again too.  A query whose cells at a
+share of asap's capacity are still to run, and whose probes ran on another machine (a later
+session's VM, whose speed may differ by 2x), is searched again on this one, starting where its
+bracket was (:func:`searched_elsewhere`, :func:`search_starts`); its old probes are set aside.  The capacity search replays the
 logged probes into its searches (each search asks for the same rates again) and counts
 their wall seconds against the budget.  The kit's code may have changed between the parts:
 the settings file lists the source commit of each (``commits``), and the bench's meta with it.
@@ -218,6 +221,92 @@ def discard_probes(out: Path, stamp: str) -> Path | None:
     kept = log.with_name(f"capacity-discarded-{stamp}.jsonl")
     log.rename(kept)
     return kept
+
+
+def searched_elsewhere(probes: list[dict], kept: Mapping[tuple, dict], boot: str | None) -> dict:
+    """``{query: why}``: the queries whose capacity search runs again on this machine (``boot``).
+
+    A query's cells at a share of asap's capacity run on the machine that searched it (a VM of
+    another speed would run them at a share of a capacity it does not have, an overload or an idle
+    load).  So where those cells are not yet all ``kept`` and some of the query's logged ``probes``
+    ran on another machine (another boot, or none recorded: before the kit recorded it), the query's
+    search starts over here.  A query whose cells at capacity were measured keeps its search, and so
+    does every query where this machine's boot is unknown (``boot`` None: not Linux).
+
+    >>> probes = [{"query": "LR2S", "boot": "aa"}, {"query": "CM1S", "boot": "aa"}, {"query": "CM1S", "boot": "bb"},
+    ...           {"query": "LR1S"}, {"query": "LR1T", "boot": "aa"}]
+    >>> kept = {("LR2S", "asap", "constant", 0, 800.0, "capacity"): {}}
+    >>> searched_elsewhere(probes, kept, "bb")
+    {'CM1S': 'its capacity probes ran on machines aa, bb; this one is bb', 'LR1S': 'its capacity probes ran on a machine not recorded; this one is bb', 'LR1T': 'its capacity probes ran on machine aa; this one is bb'}
+    >>> searched_elsewhere(probes, kept, None)
+    {}
+    """
+    if boot is None:
+        return {}
+    measured = {key[0] for key in kept if key[5] == "capacity"}
+    boots: dict[str, set] = {}
+    for row in probes:
+        boots.setdefault(str(row["query"]), set()).add(row.get("boot"))
+    why = {}
+    for query, seen in boots.items():
+        if query in measured or seen == {boot}:
+            continue
+        named = sorted(b for b in seen if b)
+        where = (f"machine{'s' if len(named) > 1 else ''} {', '.join(named)}" if named else "")
+        if None in seen:
+            where = f"{where} and a machine not recorded" if where else "a machine not recorded"
+        why[query] = f"its capacity probes ran on {where}; this one is {boot}"
+    return why
+
+
+def set_aside(out: Path, probes: list[dict], queries: Mapping[str, str], stamp: str) -> list[dict]:
+    """Move the logged probes of ``queries`` (``{query: why}``) from ``capacity.jsonl`` to
+    ``capacity-discarded-<stamp>.jsonl``, each with its query's ``set_aside`` reason; returns them.
+    ``probes``: the logged probes (:func:`finished_probes`, their journals' fields filled in)."""
+    out = Path(out)
+    aside = [{**row, "set_aside": queries[row["query"]]} for row in probes if row["query"] in queries]
+    if not aside:
+        return []
+    with open(out / f"capacity-discarded-{stamp}.jsonl", "a", encoding="utf-8") as fh:
+        fh.writelines(json.dumps(row, default=str) + "\n" for row in aside)
+    log = out / PROBES_LOG
+    lines = log.read_text(encoding="utf-8").splitlines(keepends=True) if log.exists() else []
+    keep = []
+    for line in lines:
+        try:
+            query = json.loads(line).get("query")
+        except ValueError:
+            query = None  # a line cut short by the interruption: as finished_probes, not a probe
+        if query not in queries:
+            keep.append(line)
+    tmp = log.with_name(PROBES_LOG + ".tmp")
+    tmp.write_text("".join(keep), encoding="utf-8")
+    os.replace(tmp, log)
+    return aside
+
+
+def search_starts(rows: list[dict]) -> dict:
+    """``{(query, policy): rate}``: where each pair's search set aside had its bracket (the last row's
+    ``lo``, its highest passed rate; else its ``hi``, its lowest failed one), for the search that runs
+    again to start there, and not from the sweep's start (its doubling and halving cost probes).
+
+    >>> search_starts([{"query": "Q", "policy": "a", "lo": 1000.0, "hi": None},
+    ...                {"query": "Q", "policy": "a", "lo": 2000.0, "hi": 4000.0},
+    ...                {"query": "Q", "policy": "b", "lo": None, "hi": 500.0},
+    ...                {"query": "Q", "policy": "c", "lo": float("nan"), "hi": None}])
+    {('Q', 'a'): 2000.0, ('Q', 'b'): 500.0}
+    """
+    last: dict = {}
+    for row in rows:
+        last[(row["query"], row["policy"])] = row
+    starts = {}
+    for pair, row in last.items():
+        for key in ("lo", "hi"):
+            value = row.get(key)
+            if isinstance(value, (int, float)) and math.isfinite(value) and value > 0:
+                starts[pair] = float(value)
+                break
+    return starts
 
 
 def resumed(out: Path, saved: dict | None, config: Mapping[str, Any], now: str, commit: str | None = None) -> dict:

@@ -311,7 +311,7 @@ def run_bench(
         runner = _Runner(cfg, out, engine.spark, meter, stamp=started.strftime("%Y%m%dT%H%M%S"), engine=engine)
         now = started.isoformat(timespec="seconds")
         commit = source_commit()
-        stale = None
+        stale, elsewhere, starts = None, {}, {}
         if resume:
             stale = _resume.probes_stale(saved, settings)
             if stale is not None:  # the probes measured another search: it starts over, the cells stay
@@ -319,6 +319,11 @@ def run_bench(
             saved = _resume.resumed(out, saved, settings, now, commit)
             # a probe logged before the kit recorded its batches' size and speed has them from its journal
             kept, prior = _resume.finished_cells(out), with_batch_fields(out, _resume.finished_probes(out))
+            if cfg.capacity and cfg.at_capacity is not None:  # cells at capacity run where it was searched
+                elsewhere = _resume.searched_elsewhere(prior, kept, machine_boot())
+                aside = _resume.set_aside(out, prior, elsewhere, started.strftime("%Y%m%dT%H%M%S"))
+                prior = [row for row in prior if row["query"] not in elsewhere]
+                starts = _resume.search_starts(aside)
         else:
             saved = _resume.start(out, settings, now, commit)
             kept, prior = {}, []
@@ -333,6 +338,7 @@ def run_bench(
             "kit_version": _kit_version(),
             "commits": saved.get("commits") or [commit],
             **({"capacity_restarted": stale} if stale is not None else {}),
+            **({"capacity_searched_again": elsewhere} if elsewhere else {}),
             "master": engine.master,
             "config": (config := _config_dict(cfg)),  # after resolve_windows: the windows found
             **{k: config[k] for k in ("speedup", "duration_s", "repeat", "rate", "queries",
@@ -436,7 +442,7 @@ def run_bench(
                 if (why := run_cells(near, "sweep")) is not None:
                     near_failed.append(why)  # the session may be unusable: no more of these cells
 
-            probes = _capacity(cfg, runner, out, notify, prior=prior, on_query_done=near_cells)
+            probes = _capacity(cfg, runner, out, notify, prior=prior, on_query_done=near_cells, starts=starts)
             failed = near_failed[0] if near_failed else None
         cells_log.close()
 
