@@ -182,7 +182,7 @@ def searched(capacities: dict, duration_s: float = 60.0) -> pd.DataFrame:
     def probe(pair, rate, rep):
         return {"passed": rate <= capacities[pair], "seed": rep, "duration_s": duration_s}
 
-    rows = search_pairs(list(capacities), probe, lambda: CapacitySearch(1000, max_probes=12, max_rate=64000))
+    rows = search_pairs(list(capacities), probe, lambda pair: CapacitySearch(1000, max_probes=12, max_rate=64000))
     return pd.DataFrame(rows, columns=PROBE_COLUMNS)
 
 
