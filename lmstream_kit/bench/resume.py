@@ -332,6 +332,18 @@ def note_remeasured(out: Path, groups: list[str]) -> list[str]:
     return saved["remeasured"]
 
 
+def note_searched_again(out: Path, why: Mapping[str, str], at: str) -> list[str]:
+    """Add the queries :func:`searched_elsewhere` sent back to the search (``{query: why}``), in the
+    part that began ``at``, to those of the bench in ``out``'s parts; returns them all, in order."""
+    path = Path(out) / CONFIG_FILE
+    saved = json.loads(path.read_text()) if path.exists() else {}
+    saved["searched_again"] = [*saved.get("searched_again", []),
+                               *(f"{query} (the part of {at}): {reason}" for query, reason in why.items())]
+    if why:
+        _write(Path(out), saved)
+    return saved["searched_again"]
+
+
 def finished_cells(out: Path) -> dict:
     """``{cell_key: row}`` of the cells ``out/cells.jsonl`` logged as finished without failing, whose run
     directory is still there (the last row of a cell wins)."""

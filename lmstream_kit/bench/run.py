@@ -338,7 +338,8 @@ def run_bench(
             "kit_version": _kit_version(),
             "commits": saved.get("commits") or [commit],
             **({"capacity_restarted": stale} if stale is not None else {}),
-            **({"capacity_searched_again": elsewhere} if elsewhere else {}),
+            **({"capacity_searched_again": searched} if (searched := _resume.note_searched_again(out, elsewhere, now))
+               else {}),
             "master": engine.master,
             "config": (config := _config_dict(cfg)),  # after resolve_windows: the windows found
             **{k: config[k] for k in ("speedup", "duration_s", "repeat", "rate", "queries",

@@ -174,16 +174,20 @@ def controller_text(meta: Mapping | None) -> str:
 def history_items(meta: Mapping | None) -> list:
     """(label, text) pairs on how a bench came to be, where it did not run in one go: its parts
     (``bench --resume``) and the kit's source commits they ran, the warm-ups, the sessions started
-    anew after the driver's JVM exited, and the groups of cells re-measured side by side.
+    anew after the driver's JVM exited, the groups of cells re-measured side by side, and the queries
+    whose capacity a resume searched again on its own machine.
 
     >>> meta = {"resumed_at": ["2026-11-28T03:14:17+00:00"], "commits": ["e715ca53234a", "8e62bb970697"],
     ...         "config": {"warmup_s": 20.0, "jvm_warmup_s": 45.0},
-    ...         "remeasured": ["LR1S constant r0 at 1000"]}
+    ...         "remeasured": ["LR1S constant r0 at 1000"],
+    ...         "capacity_searched_again": ["CM2S (the part of 2026-11-28T03:14:17+00:00): its capacity probes ran on "
+    ...                                     "machine 0b99356e; this one is 5f1e2d3c"]}
     >>> for label, text in history_items(meta):
     ...     print(f"{label}: {text}")
     parts: 2 (resumed 2026-11-28T03:14:17+00:00), from the kit's commits e715ca53234a, 8e62bb970697
     warm-ups: 20 simulated s of each query before its first measured run on a JVM; a fresh JVM's first at least 45 wall s
     re-measured side by side: LR1S constant r0 at 1000
+    capacity searched again on a resume's machine: CM2S (the part of 2026-11-28T03:14:17+00:00): its capacity probes ran on machine 0b99356e; this one is 5f1e2d3c
     >>> history_items({"config": {"warmup_s": 20.0}})   # a bench from before the warm-ups on every JVM
     [('warm-ups', '20 simulated s of each query before its cells (none before capacity probes)')]
     """
@@ -211,6 +215,9 @@ def history_items(meta: Mapping | None) -> list:
         items.append(("new sessions", "; ".join(str(r) for r in meta["restarts"])))
     if meta.get("remeasured"):
         items.append(("re-measured side by side", ", ".join(str(g) for g in meta["remeasured"])))
+    if meta.get("capacity_searched_again"):
+        items.append(("capacity searched again on a resume's machine",
+                      "; ".join(str(q) for q in meta["capacity_searched_again"])))
     return items
 
 
