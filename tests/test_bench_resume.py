@@ -527,6 +527,9 @@ def test_a_resume_on_another_machine_searches_again_the_queries_whose_cells_at_c
     assert again[:2] == [("capacity-CM2S-lmstream-2000-r0", 2000.0), ("capacity-CM2S-asap-1000-r0", 1000.0)]
     [aside] = list(out2.glob("capacity-discarded-*.jsonl"))
     assert [json.loads(line)["rate"] for line in aside.read_text().splitlines()] == [1000.0, 1000.0, 2000.0]
+    [moved] = list((out2 / "runs").glob("set-aside-*"))  # their journals, not written over by the new search
+    assert sorted(p.name for p in moved.iterdir()) == ["capacity-CM2S-asap-1000-r0", "capacity-CM2S-lmstream-1000-r0",
+                                                       "capacity-CM2S-lmstream-2000-r0"]
     cm2s = result.capacity[result.capacity["query"] == "CM2S"]
     assert set(cm2s["boot"]) == {"0ther0ne"} and len(cm2s) == len(again) - 2  # its probes, then its two cells
     assert set(result.capacity[result.capacity["query"] == "LR2S"]["boot"]) == {here}

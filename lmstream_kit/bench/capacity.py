@@ -39,6 +39,22 @@ def probe_dir(out: Path, query: str, policy: str, rate: float, rep: int) -> Path
     return Path(out) / "runs" / f"capacity-{query}-{policy}-{int(rate)}-r{int(rep)}"
 
 
+def move_probes(out: Path, rows: Sequence[dict], into: str) -> int:
+    """Move the run directories of the probes ``rows`` (a search set aside) under ``out/runs/into``, so
+    that the search that runs again at the same rates does not write over their journals; returns
+    how many were there."""
+    moved = 0
+    for row in rows:
+        src = probe_dir(out, row["query"], row["policy"], row["rate"], row.get("rep", 0))
+        if src.is_dir():
+            dest = Path(out) / "runs" / into / src.name
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            shutil.rmtree(dest, ignore_errors=True)
+            src.rename(dest)
+            moved += 1
+    return moved
+
+
 def with_batch_fields(out: Path, rows: Sequence[dict]) -> list[dict]:
     """``rows`` (probes an interrupted bench logged), each lacking :data:`~.cells.PROBE_SUMMARY`'s
     columns given them from its run's journal where that is still there (a probe logged before the

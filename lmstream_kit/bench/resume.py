@@ -20,7 +20,8 @@ compares policies only side by side, run back to back on one JVM (:func:`side_by
 probe cut short by the interruption was never logged, so it runs again too.  A query whose cells at a
 share of asap's capacity are still to run, and whose probes ran on another machine (a later
 session's VM, whose speed may differ by 2x), is searched again on this one, starting where its
-bracket was (:func:`searched_elsewhere`, :func:`search_starts`); its old probes are set aside.  The capacity search replays the
+bracket was (:func:`searched_elsewhere`, :func:`search_starts`); its old probes, and their
+journals, are set aside.  The capacity search replays the
 logged probes into its searches (each search asks for the same rates again) and counts
 their wall seconds against the budget.  The kit's code may have changed between the parts:
 the settings file lists the source commit of each (``commits``), and the bench's meta with it.

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
 from ..exceptions import ConfigError
-from .capacity import PROBE_COLUMNS, _capacity, with_batch_fields
+from .capacity import PROBE_COLUMNS, _capacity, move_probes, with_batch_fields
 from .cells import batch_rows, cell_row, collector_fields, metrics_so_far
 from .config import BenchConfig, ProgressFn, _config_dict
 from .outputs import _kit_version, machine_boot, machine_info, source_commit, write_outputs, write_reports
@@ -322,6 +322,7 @@ def run_bench(
             if cfg.capacity and cfg.at_capacity is not None:  # cells at capacity run where it was searched
                 elsewhere = _resume.searched_elsewhere(prior, kept, machine_boot())
                 aside = _resume.set_aside(out, prior, elsewhere, started.strftime("%Y%m%dT%H%M%S"))
+                move_probes(out, aside, f"set-aside-{started.strftime('%Y%m%dT%H%M%S')}")  # their journals kept
                 prior = [row for row in prior if row["query"] not in elsewhere]
                 starts = _resume.search_starts(aside)
         else:
