@@ -61,7 +61,9 @@ from lmstream_kit.sim import constant_arrivals, simulate, simulate_asap
 from lmstream_kit.workloads import get_workload
 
 ROOT = Path(__file__).resolve().parent
-SWEEP = ROOT / "results" / "paper-2026-12-06"
+#: that sweep's LR2S probes, set aside (with their journals) when the sweep, resumed on another VM,
+#: searched LR2S again there
+SWEEP = ROOT / "results" / "paper-2026-12-06" / "runs" / "set-aside-20261207T111905"
 SIZE_EDGES = (0, 300_000, 800_000, 1_200_000, math.inf)
 SPEEDUP = 2.0
 DURATION_S = 120  # simulated seconds, as the probes
@@ -75,7 +77,8 @@ FIXED_COST_MIN_S = 1e-3
 
 def load_batches(sweep: Path) -> pd.DataFrame:
     frames = []
-    for run in sorted((sweep / "runs").glob("capacity-LR2S-*")):
+    # a directory of probe runs, or a bench directory (its runs/)
+    for run in sorted(sweep.glob("capacity-LR2S-*")) or sorted((sweep / "runs").glob("capacity-LR2S-*")):
         if run.name.split("-")[2] not in ("lmstream", "asap"):
             continue
         m = load_metrics(run)
