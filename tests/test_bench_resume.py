@@ -539,6 +539,6 @@ def test_a_resume_on_another_machine_searches_again_the_queries_whose_cells_at_c
     fake(make_run([], stop_at=cut))
     with pytest.raises(Interrupted):
         run_bench(config(**cfg), out3)
-    fake(make_run(more := []))
+    fake(make_run([]))
     assert "capacity_searched_again" not in run_bench(config(**cfg), out3, resume=True).meta
     assert not list(out3.glob("capacity-discarded-*.jsonl"))

@@ -325,24 +325,24 @@ def resumed(out: Path, saved: dict | None, config: Mapping[str, Any], now: str, 
 def note_remeasured(out: Path, groups: list[str]) -> list[str]:
     """Add ``groups`` (:func:`side_by_side`'s labels) to the groups the bench in ``out`` re-measured in
     any of its parts; returns them all, in order."""
-    path = Path(out) / CONFIG_FILE
-    saved = json.loads(path.read_text()) if path.exists() else {}
-    saved["remeasured"] = [*saved.get("remeasured", []), *groups]
-    if groups:
-        _write(Path(out), saved)
-    return saved["remeasured"]
+    return _note(out, "remeasured", groups)
 
 
 def note_searched_again(out: Path, why: Mapping[str, str], at: str) -> list[str]:
     """Add the queries :func:`searched_elsewhere` sent back to the search (``{query: why}``), in the
     part that began ``at``, to those of the bench in ``out``'s parts; returns them all, in order."""
+    return _note(out, "searched_again", [f"{query} (the part of {at}): {reason}" for query, reason in why.items()])
+
+
+def _note(out: Path, key: str, items: list[str]) -> list[str]:
+    """Append ``items`` to the list ``key`` of the settings file in ``out`` (kept across the bench's
+    parts); returns the whole list."""
     path = Path(out) / CONFIG_FILE
     saved = json.loads(path.read_text()) if path.exists() else {}
-    saved["searched_again"] = [*saved.get("searched_again", []),
-                               *(f"{query} (the part of {at}): {reason}" for query, reason in why.items())]
-    if why:
+    saved[key] = [*saved.get(key, []), *items]
+    if items:
         _write(Path(out), saved)
-    return saved["searched_again"]
+    return saved[key]
 
 
 def finished_cells(out: Path) -> dict:

@@ -308,23 +308,26 @@ def run_bench(
     try:
         cfg.resolve_windows(engine.query_window)
         meter = CpuMeter(engine.driver_pid())
-        runner = _Runner(cfg, out, engine.spark, meter, stamp=started.strftime("%Y%m%dT%H%M%S"), engine=engine)
+        stamp = started.strftime("%Y%m%dT%H%M%S")
+        runner = _Runner(cfg, out, engine.spark, meter, stamp=stamp, engine=engine)
         now = started.isoformat(timespec="seconds")
         commit = source_commit()
-        stale, elsewhere, starts = None, {}, {}
+        stale, starts, searched = None, {}, []
         if resume:
             stale = _resume.probes_stale(saved, settings)
             if stale is not None:  # the probes measured another search: it starts over, the cells stay
-                _resume.discard_probes(out, started.strftime("%Y%m%dT%H%M%S"))
+                _resume.discard_probes(out, stamp)
             saved = _resume.resumed(out, saved, settings, now, commit)
             # a probe logged before the kit recorded its batches' size and speed has them from its journal
             kept, prior = _resume.finished_cells(out), with_batch_fields(out, _resume.finished_probes(out))
+            elsewhere = {}
             if cfg.capacity and cfg.at_capacity is not None:  # cells at capacity run where it was searched
                 elsewhere = _resume.searched_elsewhere(prior, kept, machine_boot())
-                aside = _resume.set_aside(out, prior, elsewhere, started.strftime("%Y%m%dT%H%M%S"))
-                move_probes(out, aside, f"set-aside-{started.strftime('%Y%m%dT%H%M%S')}")  # their journals kept
+                aside = _resume.set_aside(out, prior, elsewhere, stamp)
+                move_probes(out, aside, f"set-aside-{stamp}")  # their journals kept
                 prior = [row for row in prior if row["query"] not in elsewhere]
                 starts = _resume.search_starts(aside)
+            searched = _resume.note_searched_again(out, elsewhere, now)  # this part's and the parts' before
         else:
             saved = _resume.start(out, settings, now, commit)
             kept, prior = {}, []
@@ -339,8 +342,7 @@ def run_bench(
             "kit_version": _kit_version(),
             "commits": saved.get("commits") or [commit],
             **({"capacity_restarted": stale} if stale is not None else {}),
-            **({"capacity_searched_again": searched} if (searched := _resume.note_searched_again(out, elsewhere, now))
-               else {}),
+            **({"capacity_searched_again": searched} if searched else {}),
             "master": engine.master,
             "config": (config := _config_dict(cfg)),  # after resolve_windows: the windows found
             **{k: config[k] for k in ("speedup", "duration_s", "repeat", "rate", "queries",
