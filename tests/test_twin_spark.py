@@ -213,7 +213,9 @@ def no_data_batches(spark):
 @pytest.mark.parametrize(
     ("name", "traffic", "rate", "duration_s"),
     [
-        ("LR2S", "random", 400, 60),
+        # (LR2S failed at 60 s in a niced CI lane under three lanes' load, its reason not kept; a longer
+        # run gives a loaded machine more batches)
+        ("LR2S", "random", 400, 90),
         ("CM1S", "constant", 200, 70),
         # two 60 s windows must close: the second one's closing batch needs data after 125 s
         ("CM1T", "random", 200, 200),
