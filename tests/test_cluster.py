@@ -15,25 +15,34 @@ pytestmark = pytest.mark.cluster
 REPO = Path(__file__).resolve().parents[1]
 
 
-def test_short_run_on_a_standalone_cluster(tmp_path):
-    with StandaloneCluster(workers=1, cores=2, memory="1g", log_dir=tmp_path / "cluster") as cluster:
-        assert cluster.master_url.startswith("spark://127.0.0.1:")
-        out = tmp_path / "run"
-        proc = subprocess.run(
-            [sys.executable, "-m", "lmstream_kit", "run", "--master", cluster.master_url,
-             "--duration", "30", "--speedup", "5", "--rate", "500", "--traffic", "constant",
-             "--out", str(out)],
-            capture_output=True, text=True, timeout=400, cwd=REPO,
-        )
-        assert proc.returncode == 0, proc.stderr[-3000:]
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    """One standalone cluster (two one-core workers) for the module's applications, one after another:
+    each starts its own application and ends it; starting a master and workers once saves a minute of CI."""
+    with StandaloneCluster(workers=2, cores=1, memory="1g", log_dir=tmp_path_factory.mktemp("cluster")) as started:
+        yield started
+
+
+def test_short_run_on_a_standalone_cluster(cluster, tmp_path):
+    assert cluster.master_url.startswith("spark://127.0.0.1:")
+    master_log = cluster.log_dir / "master.log"
+    apps_before = master_log.read_text().count("Registering app")
+    out = tmp_path / "run"
+    proc = subprocess.run(
+        [sys.executable, "-m", "lmstream_kit", "run", "--master", cluster.master_url,
+         "--duration", "30", "--speedup", "5", "--rate", "500", "--traffic", "constant",
+         "--out", str(out)],
+        capture_output=True, text=True, timeout=400, cwd=REPO,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
     info = json.loads((out / "run.json").read_text())
     assert info["master"] == cluster.master_url
     records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     data = [r for r in records if r["rows"] > 0]
     assert len(data) >= 2
     assert sum(r["rows"] for r in data) == info["feed_rows"] == 30 * 500
-    # the workers were really used: the master's log shows an application that ran
-    assert "Registering app" in (tmp_path / "cluster" / "master.log").read_text()
+    # the workers were really used: the master's log shows one more application, the one that ran
+    assert master_log.read_text().count("Registering app") == apps_before + 1
 
 
 SCALE_SCRIPT = r"""
@@ -77,10 +86,9 @@ print("RESULT " + json.dumps(out))
 """
 
 
-def test_executors_scale_down_and_up_while_a_streaming_query_runs(tmp_path):
-    with StandaloneCluster(workers=2, cores=1, memory="1g", log_dir=tmp_path / "cluster") as cluster:
-        proc = subprocess.run([sys.executable, "-c", SCALE_SCRIPT, cluster.master_url], capture_output=True,
-                              text=True, timeout=400, cwd=REPO)
+def test_executors_scale_down_and_up_while_a_streaming_query_runs(cluster):
+    proc = subprocess.run([sys.executable, "-c", SCALE_SCRIPT, cluster.master_url], capture_output=True,
+                          text=True, timeout=400, cwd=REPO)
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads(next(line for line in proc.stdout.splitlines() if line.startswith("RESULT "))[7:])
     assert len(out["start"]) == 2 and out["ran_before"]
@@ -91,37 +99,36 @@ def test_executors_scale_down_and_up_while_a_streaming_query_runs(tmp_path):
     assert out["zero"] == "executors must be an integer >= 1, got 0"
 
 
-def test_executors_scale_live_from_another_shell_as_journal_transactions(tmp_path):
+def test_executors_scale_live_from_another_shell_as_journal_transactions(cluster, tmp_path):
     import time
 
     out = tmp_path / "run"
-    with StandaloneCluster(workers=2, cores=1, memory="1g", log_dir=tmp_path / "cluster") as cluster:
-        run = subprocess.Popen(
-            [sys.executable, "-m", "lmstream_kit", "run", "--master", cluster.master_url, "--duration", "400",
-             "--speedup", "5", "--rate", "200", "--traffic", "constant", "--out", str(out),
-             "--conf", "spark.executor.cores=1", "--conf", "spark.executor.memory=512m"],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
-        try:
-            deadline = time.monotonic() + 240
-            while not ((out / "metrics.jsonl").is_file() and (out / "metrics.jsonl").read_text().count("\n") >= 2):
-                assert run.poll() is None and time.monotonic() < deadline, run.stderr.read()[-3000:] if run.poll() else ""
-                time.sleep(0.5)
-            # first the refusal, while the stream surely runs (80 s of traffic: the scales fit in it on a loaded CI)
-            refused = subprocess.run([sys.executable, "-m", "lmstream_kit", "reconfigure", str(out), "--set",
-                                      "cluster.executors=0"], capture_output=True, text=True, timeout=60, cwd=REPO)
-            said = []
-            for total in (1, 2):
-                asked = subprocess.run([sys.executable, "-m", "lmstream_kit", "reconfigure", str(out), "--set",
-                                        f"cluster.executors={total}"], capture_output=True, text=True, timeout=200,
-                                       cwd=REPO)
-                assert asked.returncode == 0, asked.stderr[-2000:]
-                said.append(asked.stdout.strip())
-                time.sleep(6)
-            _, err = run.communicate(timeout=300)
-        finally:
-            if run.poll() is None:
-                run.kill()
-        assert run.returncode == 0, err[-3000:]
+    run = subprocess.Popen(
+        [sys.executable, "-m", "lmstream_kit", "run", "--master", cluster.master_url, "--duration", "400",
+         "--speedup", "5", "--rate", "200", "--traffic", "constant", "--out", str(out),
+         "--conf", "spark.executor.cores=1", "--conf", "spark.executor.memory=512m"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
+    try:
+        deadline = time.monotonic() + 240
+        while not ((out / "metrics.jsonl").is_file() and (out / "metrics.jsonl").read_text().count("\n") >= 2):
+            assert run.poll() is None and time.monotonic() < deadline, run.stderr.read()[-3000:] if run.poll() else ""
+            time.sleep(0.5)
+        # first the refusal, while the stream surely runs (80 s of traffic: the scales fit in it on a loaded CI)
+        refused = subprocess.run([sys.executable, "-m", "lmstream_kit", "reconfigure", str(out), "--set",
+                                  "cluster.executors=0"], capture_output=True, text=True, timeout=60, cwd=REPO)
+        said = []
+        for total in (1, 2):
+            asked = subprocess.run([sys.executable, "-m", "lmstream_kit", "reconfigure", str(out), "--set",
+                                    f"cluster.executors={total}"], capture_output=True, text=True, timeout=200,
+                                   cwd=REPO)
+            assert asked.returncode == 0, asked.stderr[-2000:]
+            said.append(asked.stdout.strip())
+            time.sleep(6)
+        _, err = run.communicate(timeout=300)
+    finally:
+        if run.poll() is None:
+            run.kill()
+    assert run.returncode == 0, err[-3000:]
     assert said[0].startswith("cluster.executors -> 1: in force") and "transaction 1 prepared" in said[0]
     assert refused.returncode == 2 and refused.stderr.strip().endswith(
         f"cluster.executors must be >= 1, got 0 (stream in {out})")
