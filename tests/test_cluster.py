@@ -23,28 +23,6 @@ def cluster(tmp_path_factory):
         yield started
 
 
-def test_short_run_on_a_standalone_cluster(cluster, tmp_path):
-    assert cluster.master_url.startswith("spark://127.0.0.1:")
-    master_log = cluster.log_dir / "master.log"
-    apps_before = master_log.read_text().count("Registering app")
-    out = tmp_path / "run"
-    proc = subprocess.run(
-        [sys.executable, "-m", "lmstream_kit", "run", "--master", cluster.master_url,
-         "--duration", "30", "--speedup", "5", "--rate", "500", "--traffic", "constant",
-         "--out", str(out)],
-        capture_output=True, text=True, timeout=400, cwd=REPO,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    info = json.loads((out / "run.json").read_text())
-    assert info["master"] == cluster.master_url
-    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
-    data = [r for r in records if r["rows"] > 0]
-    assert len(data) >= 2
-    assert sum(r["rows"] for r in data) == info["feed_rows"] == 30 * 500
-    # the workers were really used: the master's log shows one more application, the one that ran
-    assert master_log.read_text().count("Registering app") == apps_before + 1
-
-
 SCALE_SCRIPT = r"""
 import json, sys, time
 from lmstream_kit.engine.executors import Executors
@@ -102,6 +80,9 @@ def test_executors_scale_down_and_up_while_a_streaming_query_runs(cluster):
 def test_executors_scale_live_from_another_shell_as_journal_transactions(cluster, tmp_path):
     import time
 
+    assert cluster.master_url.startswith("spark://127.0.0.1:")
+    master_log = cluster.log_dir / "master.log"
+    apps_before = master_log.read_text().count("Registering app")
     out = tmp_path / "run"
     run = subprocess.Popen(
         [sys.executable, "-m", "lmstream_kit", "run", "--master", cluster.master_url, "--duration", "400",
@@ -129,6 +110,9 @@ def test_executors_scale_live_from_another_shell_as_journal_transactions(cluster
         if run.poll() is None:
             run.kill()
     assert run.returncode == 0, err[-3000:]
+    # the run ran on the cluster's workers: the master's log shows one more application, the run's
+    assert json.loads((out / "run.json").read_text())["master"] == cluster.master_url
+    assert master_log.read_text().count("Registering app") == apps_before + 1
     assert said[0].startswith("cluster.executors -> 1: in force") and "transaction 1 prepared" in said[0]
     assert refused.returncode == 2 and refused.stderr.strip().endswith(
         f"cluster.executors must be >= 1, got 0 (stream in {out})")
