@@ -3,8 +3,9 @@
 Usage: python .ci/summary.py LANE=FILE.xml [LANE=FILE.xml ...]
 
 It prints a few dozen lines, so that they end CI's log (whose end is what a reader sees first):
-per lane its tests, failures and seconds; each failure with the first line of its message; the
-slowest tests of all lanes; and the seconds per test file.
+per lane its tests, failures and seconds; the slowest tests of all lanes; the seconds per test
+file; and last, each failure with the first line of its message (a log shown by its head and tail
+keeps them).
 """
 
 from __future__ import annotations
@@ -36,14 +37,13 @@ def cases(path: str):
 
 def main(argv: list[str]) -> int:
     lanes = [arg.split("=", 1) for arg in argv]
-    rows, per_file = [], defaultdict(float)
+    rows, per_file, failures = [], defaultdict(float), []
     print("==================== CI summary (from the lanes' JUnit files) ====================")
     for lane, path in lanes:
         got = list(cases(path))
         failed = [(n, why) for n, _, why in got if why is not None]
         print(f"{lane}: {len(got)} tests, {len(failed)} failed, {sum(s for _, s, _ in got):.0f} s in tests")
-        for node, why in failed:
-            print(f"  FAILED {node}: {why}")
+        failures += [(lane, node, why) for node, why in failed]
         for node, seconds, _ in got:
             rows.append((seconds, lane, node))
             per_file[(lane, node.split("::")[0])] += seconds
@@ -53,6 +53,10 @@ def main(argv: list[str]) -> int:
     print("seconds per test file (lane):")
     for (lane, name), seconds in sorted(per_file.items(), key=lambda kv: -kv[1])[:15]:
         print(f"  {seconds:7.1f} {lane:5} {name}")
+    if failures:
+        print(f"failed ({len(failures)}):")
+    for lane, node, why in failures:
+        print(f"  FAILED {lane:5} {node}: {why}")
     return 0
 
 
