@@ -67,7 +67,7 @@ def test_executors_scale_live_from_another_shell_as_journal_transactions(cluster
     ends = {t["txn"]: t for t in txns if t["state"] in ("committed", "aborted")}
     assert [(t["op"], t["state"]) for t in ends.values()] == [("cluster_executors", "committed")] * 2
     applied = {t["txn"]: t for t in txns if t["state"] == "applied"}
-    # the scale-down killed the newest of the two executors; the scale-up added one back
+    # the scale-down killed one of the two executors (Executors.scale_to picks the newest); the scale-up added one
     assert len(applied[1]["killed"]) == 1 and applied[1]["seconds"] > 0 and applied[2]["seconds"] > 0
     asked = [(t["old"], t["value"]) for t in txns if t["state"] == "requested"]
     assert asked == [(2, 1), (1, 2)], txns
