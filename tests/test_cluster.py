@@ -67,8 +67,12 @@ def test_executors_scale_live_from_another_shell_as_journal_transactions(cluster
     ends = {t["txn"]: t for t in txns if t["state"] in ("committed", "aborted")}
     assert [(t["op"], t["state"]) for t in ends.values()] == [("cluster_executors", "committed")] * 2
     applied = {t["txn"]: t for t in txns if t["state"] == "applied"}
-    # the scale-down killed one of the two executors (Executors.scale_to picks the newest); the scale-up added one
-    assert len(applied[1]["killed"]) == 1 and applied[1]["seconds"] > 0 and applied[2]["seconds"] > 0
+    # the scale-down killed the newest of the two executors (Spark numbers them as they register); the
+    # scale-up added one to the survivor
+    before_down, before_up = applied[1]["before"], applied[2]["before"]
+    assert len(before_down) == 2 and applied[1]["killed"] == [max(before_down, key=int)], applied[1]
+    assert before_up == [min(before_down, key=int)] and not applied[2]["killed"], applied[2]
+    assert applied[1]["seconds"] > 0 and applied[2]["seconds"] > 0
     asked = [(t["old"], t["value"]) for t in txns if t["state"] == "requested"]
     assert asked == [(2, 1), (1, 2)], txns
     records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]

@@ -35,7 +35,7 @@ class Host:
                               "(has the cluster enough free cores?)")
         before, self.count = self.count, total
         return {"from": before, "to": total, "seconds": 4.0 if total > before else 5.0,
-                "killed": [str(i) for i in range(total, before)]}
+                "killed": [str(i) for i in range(total, before)], "before": [str(i) for i in range(before)]}
 
 
 def steps(journal):
@@ -54,8 +54,8 @@ def test_a_scale_is_applied_by_the_next_batch_and_committed_when_it_completed(tm
     assert knob.before_batch(Ctx(1)) == {"executors": 1}
     knob.after_batch(Ctx(1))
     [txn] = host.journal.transactions()
-    assert (txn["op"], txn["old"], txn["value"], txn["state"], txn["batch_id"], txn["seconds"], txn["killed"]) == (
-        "cluster_executors", 2, 1, "committed", 1, 5.0, ["1"])
+    assert (txn["op"], txn["old"], txn["value"], txn["state"], txn["batch_id"], txn["seconds"], txn["killed"],
+            txn["before"]) == ("cluster_executors", 2, 1, "committed", 1, 5.0, ["1"], ["0", "1"])
     assert steps(host.journal) == [(1, "requested", None), (1, "prepared", None), (1, "applied", 1),
                                    (1, "committed", 1)]
     knob.set_param("executors", 1)  # what it has already: nothing to do, no transaction

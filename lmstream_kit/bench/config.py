@@ -318,7 +318,8 @@ def _names(value, what: str) -> list:
 #: the others come from the workload's window or from a bench option of their own
 CONTROLLER_KEYS = ("quantile", "history", "min_margin_s", "cold_start", "interval_margin", "prior_processing_s",
                    "initial_target_s", "poll_interval_s", "warmup", "gc_margin", "heap_admit",
-                   "idle_collect", "close_horizon", "row_cap", "cold_evictions", "evict_horizon", "busy_load")
+                   "idle_collect", "close_horizon", "row_cap", "cold_evictions", "evict_horizon", "busy_load",
+                   "cold_target_s")
 _CONTROLLER_OPTIONS = {"catch_up": "catch_up (bench --catch-up)", "service_model": "service_model (--service-model)",
                        "tumbling_target": "tumbling_target (--tumbling-target)"}
 

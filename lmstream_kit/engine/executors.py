@@ -54,7 +54,10 @@ class Executors:
         return len(self.ids())
 
     def scale_to(self, total: int, *, timeout_s: float = 60.0) -> dict:
-        """Make the application run ``total`` executors; returns ``{"from", "to", "seconds", "killed"}``.
+        """Make the application run ``total`` executors; returns ``{"from", "to", "seconds", "killed", "before"}``.
+
+        ``before`` is the executors' ids before the change, oldest first; ``killed`` the ids a scale-down
+        removed, the newest of them.
 
         EngineError when they are not there within ``timeout_s`` (the cluster may have too few free
         cores), ConfigError for a total below 1.
@@ -78,4 +81,5 @@ class Executors:
                 raise EngineError(f"the application has {self.count()} executors, not {total}, after {timeout_s:g} s "
                                   "(has the cluster enough free cores?)")
             time.sleep(0.1)
-        return {"from": len(now), "to": total, "seconds": round(time.monotonic() - t0, 2), "killed": killed}
+        return {"from": len(now), "to": total, "seconds": round(time.monotonic() - t0, 2), "killed": killed,
+                "before": now}

@@ -130,7 +130,7 @@ class ClusterExecutors(BatchController):
             for txn, done in ready:
                 if txn is not None:
                     txn.step("applied", batch_id=int(ctx.batch_id), seconds=done.get("seconds"),
-                             killed=done.get("killed") or None)
+                             killed=done.get("killed") or None, before=done.get("before"))
                     self._applied.append((int(ctx.batch_id), txn))
         if self._count is None and not self._looked and self._host is not None:
             self._looked = True  # once: on a stream that cannot scale, each look asks Spark's conf again
