@@ -459,6 +459,7 @@ def test_a_bench_from_before_a_default_changed_resumes_only_with_the_old_value(t
     (["--controller", "catch_up=all"], "error: controller parameter 'catch_up' has an option of its own"),
     (["--controller", "quantile"], "error: --controller takes KEY=VALUE, got 'quantile'"),
     (["--controller", "history=ten"], "error: controller history must be"),
+    (["--controller", "cold_target_s=-1"], "error: controller cold_target_s must be >= 0, got -1"),
 ])
 def test_a_bad_controller_parameter_is_one_line_before_anything_starts(tmp_path, capsys, args, said):
     from lmstream_kit.cli import main
