@@ -217,6 +217,11 @@ class ParamChange:
         }
 
 
+#: the ``cold_fraction`` a :class:`~lmstream_kit.live.LiveStream` gives its controller: a sliding window's
+#: first target is at most half its slide (see the parameter)
+STREAM_COLD_FRACTION = 0.5
+
+
 class AdmissionController(BatchController):
     """LMStream's ConstructMicroBatch: admit pending data when latency requires.
 
@@ -251,6 +256,21 @@ class AdmissionController(BatchController):
         stream at its capacity never caught up.  A short first target makes
         the first batches small ones that teach the model what a row costs.
         :class:`~lmstream_kit.live.LiveStream` sets it to a sixth of the window.
+    cold_fraction : float, default 1.0
+        A sliding window's target before any batch was observed is at most
+        this fraction of ``slide_s`` (in (0, 1]; 1: the slide, or
+        ``cold_target_s``).  :class:`~lmstream_kit.live.LiveStream` sets it to
+        :data:`STREAM_COLD_FRACTION` (since 2026-12-08).  The prior predicts a
+        quarter of the target and keeps as much for the margin, so a first
+        batch holds about half the target's data: with the whole 5 s bound as
+        the target, CM1S at 165,000 rows/s (near capacity; 2-core VM,
+        2026-12-08, ``benchmarks/results/cold-target-2026-12-08``) began with
+        batches of 825,000-990,000 rows that took 2.2-2.9 s, and one of the
+        first two was late in 4 of 5 runs (the only late batches of three of
+        them).  At half the bound they held 495,000 rows and took 1.35-1.46 s,
+        within in 3 of 3 runs (92.3%, 100% and 100% of the runs' batches within).
+        At a quarter the first batches were as small as asap's, but the runs'
+        batches grew from there as they do near capacity, and kept 30-35%.
     prior_processing_s : float or None, default None
         Predicted service time before any batch was observed (>= 0); None means
         ``0.25 * target`` (following the target while nothing is observed).
@@ -513,6 +533,8 @@ class AdmissionController(BatchController):
         Param("poll_interval_s", float, low=0, doc="seconds between polls, added to the estimate"),
         Param("initial_target_s", float, low=0, low_open=True, doc="tumbling target before any batch"),
         Param("cold_target_s", float, low=0, doc="sliding target before any batch, at most the slide (0 = the slide)"),
+        Param("cold_fraction", float, low=0, high=1, low_open=True,
+              doc="a sliding target before any batch is at most this fraction of the slide (1 = the slide)"),
         Param("prior_processing_s", float, low=0, nullable=True, doc="predicted service time before any batch"),
         Param("min_margin_s", float, low=0, doc="lower bound of the safety margin"),
         Param("cold_start", int, low=0, doc="batches during which the margin is at least the prediction"),
@@ -568,6 +590,7 @@ class AdmissionController(BatchController):
         history: int = 100,
         initial_target_s: float = 1.0,
         cold_target_s: float = 0.0,
+        cold_fraction: float = 1.0,
         prior_processing_s: float | None = None,
         min_margin_s: float = 0.0,
         cold_start: int = 3,
@@ -603,6 +626,7 @@ class AdmissionController(BatchController):
             "quantile": quantile,
             "initial_target_s": initial_target_s,
             "cold_target_s": cold_target_s,
+            "cold_fraction": cold_fraction,
             "prior_processing_s": prior_processing_s,
             "min_margin_s": min_margin_s,
             "cold_start": cold_start,
@@ -663,8 +687,10 @@ class AdmissionController(BatchController):
     def _target(self) -> float:
         slide = self._p["slide_s"]
         if slide > 0.0:
+            if self._n_observed > 0:
+                return slide
             cold = self._p["cold_target_s"]
-            return min(slide, cold) if cold > 0.0 and self._n_observed == 0 else slide
+            return min(slide, cold, self._p["cold_fraction"] * slide) if cold > 0.0 else self._p["cold_fraction"] * slide
         if self._n_observed == 0:
             # before any batch: a window's length of data on a prior's guess can take many times that
             # guess (CM1T's first two at 102,400 rows/s: 15 s of data each, 10.6 and 12.6 s against
@@ -1272,7 +1298,7 @@ class AdmissionController(BatchController):
         >>> c.mutate({"history": 10})
         Traceback (most recent call last):
         ...
-        lmstream_kit.exceptions.ConfigError: cannot change 'history' on a live controller; mutable parameters: busy_load, catch_up, close_horizon, close_period_s, cold_evictions, cold_start, cold_target_s, evict_horizon, gc_margin, heap_admit, idle_collect, initial_target_s, interval_margin, lateness_s, min_margin_s, poll_interval_s, prior_processing_s, quantile, row_cap, service_model, slide_s, tumbling_target, window_period_s, window_target_s
+        lmstream_kit.exceptions.ConfigError: cannot change 'history' on a live controller; mutable parameters: busy_load, catch_up, close_horizon, close_period_s, cold_evictions, cold_fraction, cold_start, cold_target_s, evict_horizon, gc_margin, heap_admit, idle_collect, initial_target_s, interval_margin, lateness_s, min_margin_s, poll_interval_s, prior_processing_s, quantile, row_cap, service_model, slide_s, tumbling_target, window_period_s, window_target_s
         """
         if not isinstance(changes, Mapping):
             raise ConfigError(f"mutate expects a mapping of parameter -> value, got {changes!r}")

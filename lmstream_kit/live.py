@@ -39,6 +39,7 @@ from .stream_controls import StreamControls
 from .stream_config import StreamConfig
 from .runinfo import final_run_info, recorded_workload, run_info
 from .runloop import BatchSettings, RunLoop
+from .controller import STREAM_COLD_FRACTION
 from .protocol import BatchController, ChangeLog
 from .diskguard import DEFAULT_MIN_FREE, DiskGuard
 from .retention import make_retention
@@ -220,7 +221,8 @@ class LiveStream(StreamControls):
         # one until a batch was seen (the controller's cold_target_s).
         window = self.workload.window_range_s or self.workload.slide_s
         first = tumbling_start_s(window, self.speedup)
-        start = {"initial_target_s": first, "cold_target_s": first} if window > 0 else {}
+        start = {"initial_target_s": first, "cold_target_s": first, "cold_fraction": STREAM_COLD_FRACTION} \
+            if window > 0 else {}
         self._controller_params = {"warmup": 1, **start, **window_params(self.workload, self.speedup),
                                    **(controller or {})}
         gate = self.policy.make_gate(slide_s=self.slide_s / self.speedup,

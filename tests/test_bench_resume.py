@@ -389,9 +389,10 @@ def test_controller_parameters_reach_the_lmstream_controller_and_a_resume_must_k
     with pytest.raises(Interrupted):
         run_bench(cfg, out)
     with pytest.raises(ConfigError, match=r"its controller was \{'cold_start': 3, 'heap_admit': False, 'cold_evictions': 2, "
-                                          r"'evict_horizon': True, 'quantile': 0\.97, 'min_margin_s': 0\.5\}, this command "
-                                          r"gives \{'cold_start': 3, 'heap_admit': False, 'cold_evictions': 2, "
-                                          r"'evict_horizon': True\}"):
+                                          r"'evict_horizon': True, 'cold_fraction': 0\.5, 'quantile': 0\.97, "
+                                          r"'min_margin_s': 0\.5\}, this command gives \{'cold_start': 3, "
+                                          r"'heap_admit': False, 'cold_evictions': 2, 'evict_horizon': True, "
+                                          r"'cold_fraction': 0\.5\}"):
         run_bench(config(), out, resume=True)
 
 
@@ -402,43 +403,52 @@ def test_a_bench_from_before_cold_start_became_3_resumes_only_with_cold_start_0(
         run_bench(config(controller={"quantile": 0.97}), out)
     settings = json.loads((out / "bench-config.json").read_text())
     assert settings["controller_defaults"] == {"cold_start": 3, "heap_admit": False, "cold_evictions": 2,
-                                                     "evict_horizon": True}
+                                                     "evict_horizon": True, "cold_fraction": 0.5}
     del settings["controller_defaults"]  # as a settings file written before the default changed
     (out / "bench-config.json").write_text(json.dumps(settings))
     with pytest.raises(ConfigError, match=r"its controller was \{'cold_start': 0, 'heap_admit': False, 'cold_evictions': 0, "
-                                          r"'evict_horizon': False, 'quantile': 0\.97\}, this command gives "
-                                          r"\{'cold_start': 3, 'heap_admit': False, 'cold_evictions': 2, "
-                                          r"'evict_horizon': True, 'quantile': 0\.97\}"):
+                                          r"'evict_horizon': False, 'cold_fraction': 1\.0, 'quantile': 0\.97\}, this "
+                                          r"command gives \{'cold_start': 3, 'heap_admit': False, 'cold_evictions': 2, "
+                                          r"'evict_horizon': True, 'cold_fraction': 0\.5, 'quantile': 0\.97\}"):
         run_bench(config(controller={"quantile": 0.97}), out, resume=True)
     fake(make_run([]))
     run_bench(config(controller={"quantile": 0.97, "cold_start": 0, "heap_admit": False, "cold_evictions": 0,
-                                 "evict_horizon": False}), out, resume=True)
+                                 "evict_horizon": False, "cold_fraction": 1.0}), out, resume=True)
     settings = json.loads((out / "bench-config.json").read_text())
     assert settings["controller_defaults"] == {"cold_start": 3, "heap_admit": False, "cold_evictions": 2,
-                                                     "evict_horizon": True}
+                                                     "evict_horizon": True, "cold_fraction": 0.5}
     assert settings["config"]["controller"] == {"quantile": 0.97, "cold_start": 0, "heap_admit": False,
-                                                "cold_evictions": 0, "evict_horizon": False}
+                                                "cold_evictions": 0, "evict_horizon": False, "cold_fraction": 1.0}
 
 
 @pytest.mark.parametrize(("written", "was", "override"), [
     # written before heap_admit came on: it reads as False, cold_evictions as 0
     ({"cold_start": 3},
-     (r"its controller was \{'cold_start': 3, 'heap_admit': False, 'cold_evictions': 0, 'evict_horizon': False\}, "
-      r"this command gives \{'cold_start': 3, 'heap_admit': False, 'cold_evictions': 2, 'evict_horizon': True\}"),
-     {"cold_evictions": 0, "evict_horizon": False}),
+     (r"its controller was \{'cold_start': 3, 'heap_admit': False, 'cold_evictions': 0, 'evict_horizon': False, "
+      r"'cold_fraction': 1\.0\}, this command gives \{'cold_start': 3, 'heap_admit': False, 'cold_evictions': 2, "
+      r"'evict_horizon': True, 'cold_fraction': 0\.5\}"),
+     {"cold_evictions": 0, "evict_horizon": False, "cold_fraction": 1.0}),
     # written before cold_evictions became 2
     ({"cold_start": 3, "heap_admit": True},
-     r"its controller was \{'cold_start': 3, 'heap_admit': True, 'cold_evictions': 0, 'evict_horizon': False\}",
-     {"heap_admit": True, "cold_evictions": 0, "evict_horizon": False}),
+     r"its controller was \{'cold_start': 3, 'heap_admit': True, 'cold_evictions': 0, 'evict_horizon': False, "
+     r"'cold_fraction': 1\.0\}",
+     {"heap_admit": True, "cold_evictions": 0, "evict_horizon": False, "cold_fraction": 1.0}),
     # written before evict_horizon came on
     ({"cold_start": 3, "heap_admit": True, "cold_evictions": 2},
-     r"its controller was \{'cold_start': 3, 'heap_admit': True, 'cold_evictions': 2, 'evict_horizon': False\}",
-     {"heap_admit": True, "evict_horizon": False}),
+     r"its controller was \{'cold_start': 3, 'heap_admit': True, 'cold_evictions': 2, 'evict_horizon': False, "
+     r"'cold_fraction': 1\.0\}",
+     {"heap_admit": True, "evict_horizon": False, "cold_fraction": 1.0}),
     # written while heap_admit was on by default, before it went off again
     ({"cold_start": 3, "heap_admit": True, "cold_evictions": 2, "evict_horizon": True},
-     r"its controller was \{'cold_start': 3, 'heap_admit': True, 'cold_evictions': 2, 'evict_horizon': True\}",
-     {"heap_admit": True}),
-], ids=["heap_admit", "cold_evictions", "evict_horizon", "heap_admit_off"])
+     r"its controller was \{'cold_start': 3, 'heap_admit': True, 'cold_evictions': 2, 'evict_horizon': True, "
+     r"'cold_fraction': 1\.0\}",
+     {"heap_admit": True, "cold_fraction": 1.0}),
+    # written before a LiveStream's sliding first target was capped at half the slide
+    ({"cold_start": 3, "heap_admit": False, "cold_evictions": 2, "evict_horizon": True},
+     r"its controller was \{'cold_start': 3, 'heap_admit': False, 'cold_evictions': 2, 'evict_horizon': True, "
+     r"'cold_fraction': 1\.0\}",
+     {"cold_fraction": 1.0}),
+], ids=["heap_admit", "cold_evictions", "evict_horizon", "heap_admit_off", "cold_fraction"])
 def test_a_bench_from_before_a_default_changed_resumes_only_with_the_old_value(tmp_path, fake, written, was, override):
     out = tmp_path / "b"
     fake(make_run([], stop_at=1))

@@ -524,6 +524,7 @@ def test_params_and_snapshot_json():
         "history": 10,
         "initial_target_s": 1.0,
         "cold_target_s": 0.0,
+        "cold_fraction": 1.0,
         "prior_processing_s": 0.5,
         "min_margin_s": 0.0,
         "cold_start": 3,
@@ -770,6 +771,32 @@ def test_a_sliding_window_starts_at_its_cold_target_until_a_batch_is_seen():
     assert AdmissionController(slide_s=5.0, cold_target_s=0.0).target_s == 5.0
     with pytest.raises(ConfigError, match="-1"):
         AdmissionController(slide_s=5.0, cold_target_s=-1.0)
+
+
+def test_cold_fraction_caps_a_sliding_first_target_at_a_share_of_the_slide():
+    # CM1S at speedup 2: a 5 s slide, a sixth of its 60 s window is 5 s, so without the cap the first
+    # target is the whole slide; a LiveStream gives 0.5 (STREAM_COLD_FRACTION): 2.5 s
+    from lmstream_kit.controller import STREAM_COLD_FRACTION
+
+    c = AdmissionController(slide_s=5.0, cold_target_s=5.0, cold_fraction=STREAM_COLD_FRACTION,
+                            poll_interval_s=0.05)
+    assert (c.target_s, c.model.predict(10**9)) == (2.5, 0.625)
+    pending = [SimpleNamespace(arrival=0.1 * i, rows=82_500, nbytes=1_000_000) for i in range(13)]
+    # 1.2 + 2 * 0.625 + 0.05 = 2.5: admitted, where the whole slide's target waits for 2.45 s
+    assert c.decide(1.2, pending).reason == "admit"
+    assert AdmissionController(slide_s=5.0, cold_target_s=5.0, poll_interval_s=0.05).decide(1.2, pending).reason == "wait"
+    # the lower of the two, and with no cold target the share of the slide
+    assert AdmissionController(slide_s=5.0, cold_target_s=1.0, cold_fraction=0.5).target_s == 1.0
+    assert AdmissionController(slide_s=5.0, cold_fraction=0.25).target_s == 1.25
+    c.observe(obs(13_000_000, 1.4, max_latency_s=2.6))
+    assert c.target_s == 5.0  # the slide, once a batch is seen
+    c.mutate({"cold_fraction": 1.0})  # live, and checked: in (0, 1]
+    assert c.changes[-1].changes == {"cold_fraction": (0.5, 1.0)}
+    for bad in (0.0, 1.5, -0.5):
+        with pytest.raises(ConfigError, match="cold_fraction"):
+            AdmissionController(slide_s=5.0, cold_fraction=bad)
+    # a tumbling window's first target is initial_target_s, whatever the share
+    assert AdmissionController(slide_s=0.0, initial_target_s=3.0, cold_fraction=0.5).target_s == 3.0
 
 
 # ---------------------------------------------------------------------------

@@ -204,9 +204,9 @@ def test_target_control_sets_the_controllers_bound_in_wall_seconds(live):
         pytest.skip("this LiveStream has no set_target")
     dash.controls["target_s"].value = 6.0
     # 6 simulated s at speedup 4: the controller's bound (its target until the first batch is the window's
-    # sixth, 1.25 s, the smaller)
+    # sixth, 1.25 s, at most half the bound: 0.75 s)
     assert stream.controller.slide_s == pytest.approx(1.5)
-    assert stream.controller.target_s == pytest.approx(1.25)
+    assert stream.controller.target_s == pytest.approx(0.75)
     assert stream.slide_s == 10.0 and stream.workload.slide_s == 10.0  # the window is untouched
     assert _error_text(dash, "target_s") == ""
 
@@ -217,7 +217,9 @@ def test_slide_control_applies_on_a_worker_thread(live):
     dash.controls["slide_s"].value = 5.0
     assert dash.wait_applied(10.0)
     assert stream.slide_s == 5.0
-    assert stream.controller.target_s == pytest.approx(1.25)
+    # 5 simulated s at speedup 4 is the bound, 1.25 s; before the first batch half of it
+    assert stream.controller.slide_s == pytest.approx(1.25)
+    assert stream.controller.target_s == pytest.approx(0.625)
     assert _error_text(dash, "slide_s") == ""
     assert dash.controls["target_s"].value == pytest.approx(5.0)  # the target control follows
 

@@ -18,7 +18,8 @@ def test_set_slide_before_start_changes_window_and_target(tmp_path):
     s.set_slide(5)
     assert s.workload.slide_s == 5.0 and s.workload.window_range_s == 30
     assert s.slide_s == 5.0
-    assert s.controller.target_s == pytest.approx(1.25)  # 5 simulated s at speedup 4
+    assert s.controller.slide_s == pytest.approx(1.25)  # 5 simulated s at speedup 4
+    assert s.controller.target_s == pytest.approx(0.625)  # before the first batch: half the bound
     assert s.optimizer.snapshot()["target_latency_s"] == pytest.approx(1.25)
     changes = s.pending_changes()
     assert changes[-1]["param"] == "window_slide_s" and changes[-1]["restart"] is False
@@ -47,11 +48,12 @@ def test_set_slide_rejects_bad_values_and_changes_nothing(tmp_path, workload, sl
 def test_set_target_keeps_the_window(tmp_path):
     s = make(tmp_path)
     s.set_target(2)
-    assert s.controller.target_s == pytest.approx(0.5)
+    # 2 simulated s at speedup 4 is the bound, 0.5 s; before the first batch half of it
+    assert (s.controller.slide_s, s.controller.target_s) == (pytest.approx(0.5), pytest.approx(0.25))
     assert s.workload.slide_s == 10
     with pytest.raises(ConfigError, match="latency target must be >= 0 seconds .* got -1"):
         s.set_target(-1)
-    assert s.controller.target_s == pytest.approx(0.5)
+    assert (s.controller.slide_s, s.controller.target_s) == (pytest.approx(0.5), pytest.approx(0.25))
 
 
 def test_set_target_is_recorded_as_the_target_the_user_set_in_simulated_seconds(tmp_path):
@@ -129,4 +131,4 @@ def test_an_admission_sees_a_new_target_only_with_its_change(tmp_path):
     s.controller.set_slide = set_slide_then_admit
     s.set_target(2)
     threads[-1].join(10)
-    assert seen == [(pytest.approx(0.5), ["target_s"])]
+    assert seen == [(pytest.approx(0.25), ["target_s"])]  # the 0.5 s bound, halved before the first batch

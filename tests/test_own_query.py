@@ -125,6 +125,17 @@ def test_a_workload_without_a_generator_needs_input_files(tmp_path):
     assert StreamConfig.build(w, run_dir=tmp_path / "r", input_dir=tmp_path).traffic is None
 
 
+def test_a_sliding_first_target_is_a_sixth_of_the_window_at_most_half_the_slide():
+    from lmstream_kit.live import LiveStream
+
+    # CM1S: a 60 s window sliding by 10 s, at speedup 2 a 5 s bound; a sixth of the window would be the
+    # whole bound, so half the slide; LR2S (30 s by 10 s): a sixth of the window is half the slide
+    cm1s = LiveStream("CM1S", speedup=2)  # not started: no Spark
+    assert (cm1s.controller.target_s, cm1s.bound_s) == (2.5, 5.0)
+    assert LiveStream("LR2S", speedup=2).controller.target_s == 2.5
+    assert LiveStream("CM1S", speedup=2, controller={"cold_fraction": 1.0}).controller.target_s == 5.0
+
+
 def test_a_tumbling_target_starts_at_a_sixth_of_the_window_not_a_hidden_constant():
     from lmstream_kit.live import LiveStream
 

@@ -319,7 +319,7 @@ def _names(value, what: str) -> list:
 CONTROLLER_KEYS = ("quantile", "history", "min_margin_s", "cold_start", "interval_margin", "prior_processing_s",
                    "initial_target_s", "poll_interval_s", "warmup", "gc_margin", "heap_admit",
                    "idle_collect", "close_horizon", "row_cap", "cold_evictions", "evict_horizon", "busy_load",
-                   "cold_target_s")
+                   "cold_target_s", "cold_fraction")
 _CONTROLLER_OPTIONS = {"catch_up": "catch_up (bench --catch-up)", "service_model": "service_model (--service-model)",
                        "tumbling_target": "tumbling_target (--tumbling-target)"}
 

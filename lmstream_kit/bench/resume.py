@@ -32,7 +32,7 @@ Examples
 >>> from pathlib import Path
 >>> d = Path(tempfile.mkdtemp())
 >>> start(d, {"speedup": 2.0, "duration_s": 120.0, "queries": ["LR2S"]}, "2026-11-25T02:00:00+00:00")
-{'config': {'speedup': 2.0, 'duration_s': 120.0, 'queries': ['LR2S']}, 'controller_defaults': {'cold_start': 3, 'heap_admit': False, 'cold_evictions': 2, 'evict_horizon': True}, 'started_at': '2026-11-25T02:00:00+00:00', 'resumed_at': [], 'commits': [None]}
+{'config': {'speedup': 2.0, 'duration_s': 120.0, 'queries': ['LR2S']}, 'controller_defaults': {'cold_start': 3, 'heap_admit': False, 'cold_evictions': 2, 'evict_horizon': True, 'cold_fraction': 0.5}, 'started_at': '2026-11-25T02:00:00+00:00', 'resumed_at': [], 'commits': [None]}
 >>> check(d, {"speedup": 4.0, "duration_s": 120.0, "queries": ["LR1S"]})
 Traceback (most recent call last):
 ...
@@ -65,7 +65,8 @@ PROBE_KEYS = ("capacity_duration_s", "capacity_start", "capacity_max_rate", "cap
 PROBE_KEYS_BEFORE = {"capacity_min_batches": 0}
 #: the lmstream controller's parameters whose default changed, as the benches ran them whose
 #: settings file records no ``controller_defaults`` (it was written before the change)
-CONTROLLER_DEFAULTS_BEFORE = {"cold_start": 0, "heap_admit": False, "cold_evictions": 0, "evict_horizon": False}
+CONTROLLER_DEFAULTS_BEFORE = {"cold_start": 0, "heap_admit": False, "cold_evictions": 0, "evict_horizon": False,
+                              "cold_fraction": 1.0}
 #: the bench directory's file with the settings it was started with (written when it starts)
 CONFIG_FILE = "bench-config.json"
 #: the logs of finished cells and capacity probes, appended as each finishes
@@ -140,14 +141,17 @@ def controller_defaults() -> dict:
     """Today's defaults of the controller parameters in :data:`CONTROLLER_DEFAULTS_BEFORE`.
 
     >>> controller_defaults()
-    {'cold_start': 3, 'heap_admit': False, 'cold_evictions': 2, 'evict_horizon': True}
+    {'cold_start': 3, 'heap_admit': False, 'cold_evictions': 2, 'evict_horizon': True, 'cold_fraction': 0.5}
     """
     import inspect
 
     from ..controller import AdmissionController
 
+    from ..controller import STREAM_COLD_FRACTION
+
     params = inspect.signature(AdmissionController).parameters
-    return {key: params[key].default for key in CONTROLLER_DEFAULTS_BEFORE}
+    streams = {"cold_fraction": STREAM_COLD_FRACTION}  # what a LiveStream gives its controller
+    return {key: streams.get(key, params[key].default) for key in CONTROLLER_DEFAULTS_BEFORE}
 
 
 def effective_controller(saved: Mapping[str, Any] | None, controller: Mapping[str, Any] | None) -> dict:
@@ -156,9 +160,9 @@ def effective_controller(saved: Mapping[str, Any] | None, controller: Mapping[st
     file predates them; today's where ``saved`` is None).
 
     >>> effective_controller({}, {"quantile": 0.97})
-    {'cold_start': 0, 'heap_admit': False, 'cold_evictions': 0, 'evict_horizon': False, 'quantile': 0.97}
+    {'cold_start': 0, 'heap_admit': False, 'cold_evictions': 0, 'evict_horizon': False, 'cold_fraction': 1.0, 'quantile': 0.97}
     >>> effective_controller(None, {"cold_start": 1})
-    {'cold_start': 1, 'heap_admit': False, 'cold_evictions': 2, 'evict_horizon': True}
+    {'cold_start': 1, 'heap_admit': False, 'cold_evictions': 2, 'evict_horizon': True, 'cold_fraction': 0.5}
     """
     if saved is None:
         defaults = controller_defaults()
