@@ -268,7 +268,8 @@ class AdmissionController(BatchController):
         batches of 825,000-990,000 rows that took 2.2-2.9 s, and one of the
         first two was late in 4 of 5 runs (the only late batches of three of
         them).  At half the bound they held 495,000 rows and took 1.35-1.46 s,
-        within in 3 of 3 runs (92.3%, 100% and 100% of the runs' batches within).
+        within in 3 of 3 runs (which kept 92.3%, 100% and 100% of their batches
+        within).
         At a quarter the first batches were as small as asap's, but the runs'
         batches grew from there as they do near capacity, and kept 30-35%.
     prior_processing_s : float or None, default None

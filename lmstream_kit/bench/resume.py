@@ -145,9 +145,7 @@ def controller_defaults() -> dict:
     """
     import inspect
 
-    from ..controller import AdmissionController
-
-    from ..controller import STREAM_COLD_FRACTION
+    from ..controller import STREAM_COLD_FRACTION, AdmissionController
 
     params = inspect.signature(AdmissionController).parameters
     streams = {"cold_fraction": STREAM_COLD_FRACTION}  # what a LiveStream gives its controller
