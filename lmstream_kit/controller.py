@@ -690,8 +690,9 @@ class AdmissionController(BatchController):
         if slide > 0.0:
             if self._n_observed > 0:
                 return slide
+            cap = self._p["cold_fraction"] * slide  # at most the slide: the fraction is in (0, 1]
             cold = self._p["cold_target_s"]
-            return min(slide, cold, self._p["cold_fraction"] * slide) if cold > 0.0 else self._p["cold_fraction"] * slide
+            return min(cold, cap) if cold > 0.0 else cap
         if self._n_observed == 0:
             # before any batch: a window's length of data on a prior's guess can take many times that
             # guess (CM1T's first two at 102,400 rows/s: 15 s of data each, 10.6 and 12.6 s against

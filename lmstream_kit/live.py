@@ -218,7 +218,7 @@ class LiveStream(StreamControls):
         # Spark's first data batch runs on a cold JVM (several times slower than
         # the next ones); by default the controller does not learn from it.  A
         # tumbling target starts from the window's length (record.tumbling_start_s), and so does a sliding
-        # one until a batch was seen (the controller's cold_target_s).
+        # one until a batch was seen (the controller's cold_target_s), at most half the slide (cold_fraction).
         window = self.workload.window_range_s or self.workload.slide_s
         first = tumbling_start_s(window, self.speedup)
         start = {"initial_target_s": first, "cold_target_s": first, "cold_fraction": STREAM_COLD_FRACTION} \

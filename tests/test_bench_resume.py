@@ -463,6 +463,18 @@ def test_a_bench_from_before_a_default_changed_resumes_only_with_the_old_value(t
     run_bench(config(controller=override), out, resume=True)
 
 
+def test_the_bench_help_lists_the_controller_keys_the_bench_takes():
+    from click.testing import CliRunner
+
+    from lmstream_kit.bench.config import CONTROLLER_KEYS
+    from lmstream_kit.cli import bench
+
+    [option] = [p for p in bench.params if p.name == "controller_params"]
+    listed = option.help.split("keys: ", 1)[1].rstrip(").").split(", ")
+    assert listed == list(CONTROLLER_KEYS)
+    assert CliRunner().invoke(bench, ["--help"]).exit_code == 0
+
+
 @pytest.mark.parametrize(("args", "said"), [
     (["--controller", "quantile=1.5"], "error: controller quantile must be < 1, got 1.5"),
     (["--controller", "margin=0.5"], "error: unknown controller parameter 'margin'; known: quantile, history,"),
